@@ -1,0 +1,92 @@
+"""Test sessions: each package alone in its own environment, plus integration, lint, types.
+
+pip + virtualenv only (no uv): torch is pinned to the CPU wheel ``torch==2.13.0`` explicitly,
+because a looser requirement would pull a multi-GB CUDA build.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "typecheck", "minimal", "core", "torch", "diagram", "perf",
+                        "opencl", "cuda", "integration"]
+
+TORCH = "torch==2.13.0"
+OPENCL = "pyopencl[pocl]"
+TEST = ["pytest>=8", "hypothesis>=6.90", "pytest-xdist"]
+CORE = "./packages/ncd-core"
+
+
+def _pytest(session: nox.Session, *paths: str) -> None:
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *paths, *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over every package, the tests, benchmarks and examples."""
+    session.install("ruff")
+    session.run("ruff", "check", "packages", "tests", "benchmarks", "examples", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy, strict on ncd-core."""
+    session.install("mypy", CORE)
+    session.run("mypy", "--strict", "packages/ncd-core/src/ncd")
+
+
+@nox.session
+def minimal(session: nox.Session) -> None:
+    """Only ncd-core installed: ``import ncd`` works and loads no heavy library."""
+    session.install(CORE)
+    session.run("python", "tests/minimal_import.py")
+
+
+@nox.session
+def core(session: nox.Session) -> None:
+    session.install(*TEST, CORE)
+    _pytest(session, "tests/core")
+
+
+@nox.session
+def torch(session: nox.Session) -> None:
+    session.install(*TEST, TORCH)
+    session.install(CORE, "./packages/ncd-torch")
+    _pytest(session, "tests/torch")
+
+
+@nox.session
+def diagram(session: nox.Session) -> None:
+    session.install(*TEST, CORE, "./packages/ncd-diagram")
+    _pytest(session, "tests/diagram")
+
+
+@nox.session
+def perf(session: nox.Session) -> None:
+    session.install(*TEST, CORE, "./packages/ncd-perf")
+    _pytest(session, "tests/perf")
+
+
+@nox.session
+def opencl(session: nox.Session) -> None:
+    session.install(*TEST, OPENCL, CORE, "./packages/ncd-opencl")
+    _pytest(session, "tests/opencl")
+
+
+@nox.session
+def cuda(session: nox.Session) -> None:
+    """Compiles generated CUDA with nvcc/ptxas (nothing runs without a GPU)."""
+    session.install(*TEST, CORE, "./packages/ncd-cuda")
+    _pytest(session, "tests/cuda")
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Every package together, the example third-party backend, and the demo."""
+    session.install(*TEST, TORCH, OPENCL)
+    session.install(CORE, *(f"./packages/ncd-{p}" for p in ("torch", "opencl", "cuda", "diagram", "perf")),
+                    "./examples/ncd-numexpr-backend")
+    _pytest(session, "tests/integration")
+    session.run("ncd", "demo", "--out", f"{session.create_tmp()}/demo")

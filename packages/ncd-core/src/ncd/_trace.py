@@ -1,0 +1,154 @@
+"""The tracing front end: a Python function over symbolic tensors becomes a graph.
+
+Terms called on tensors lower themselves into the active builder, so the traced form of a
+composition produces the same nodes, in the same order, as the algebra. Using a tensor twice
+is a copy; not using it is a discard.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+from ncd._lower import Builder, Hole, Ref
+from ncd.axis import ArrayType, Axis
+from ncd.errors import TraceError
+from ncd.graph import Scope
+
+if TYPE_CHECKING:
+    from ncd._term import Term
+
+__all__ = ["Tensor", "apply_term", "trace"]
+
+_ACTIVE: contextvars.ContextVar[Builder | None] = contextvars.ContextVar("ncd_trace", default=None)
+
+
+class Tensor:
+    """A symbolic value inside ``ncd.trace``; arithmetic builds elementwise ops."""
+
+    __slots__ = ("_builder", "_ref")
+
+    def __init__(self, builder: Builder, ref: Ref) -> None:
+        self._builder = builder
+        self._ref = ref
+
+    @property
+    def type(self) -> ArrayType | None:
+        """The array type, or ``None`` for an input no op has read yet."""
+        v = self._builder.value_of(self._ref)
+        return None if v is None else self._builder.values[v]
+
+    @property
+    def axes(self) -> tuple[Axis, ...]:
+        t = self.type
+        if t is None:
+            raise TraceError("this input has no type yet: pass it to an op first")
+        return t.axes
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.type if self.type is not None else 'untyped input'})"
+
+    def _binary(self, fn: str, other: Any, reverse: bool = False) -> Tensor:
+        from ncd import ops
+
+        if isinstance(other, Tensor):
+            a, b = (other, self) if reverse else (self, other)
+            return ops.binary(fn)(a, b)  # type: ignore[no-any-return]
+        if isinstance(other, int | float) and not isinstance(other, bool):
+            return ops.scalar(fn, other, reverse=reverse)(self)  # type: ignore[no-any-return]
+        return NotImplemented
+
+    def __add__(self, o: Any) -> Tensor: return self._binary("add", o)
+    def __radd__(self, o: Any) -> Tensor: return self._binary("add", o, True)
+    def __sub__(self, o: Any) -> Tensor: return self._binary("sub", o)
+    def __rsub__(self, o: Any) -> Tensor: return self._binary("sub", o, True)
+    def __mul__(self, o: Any) -> Tensor: return self._binary("mul", o)
+    def __rmul__(self, o: Any) -> Tensor: return self._binary("mul", o, True)
+    def __truediv__(self, o: Any) -> Tensor: return self._binary("div", o)
+    def __rtruediv__(self, o: Any) -> Tensor: return self._binary("div", o, True)
+    def __pow__(self, o: Any) -> Tensor: return self._binary("pow", o)
+
+    def __neg__(self) -> Tensor:
+        from ncd import ops
+
+        return ops.neg()(self)  # type: ignore[no-any-return]
+
+    def __bool__(self) -> bool:
+        raise TraceError("a symbolic tensor has no truth value (data-dependent control flow)")
+
+
+def apply_term(term: Term, args: Sequence[Any]) -> Any:
+    """Lower ``term`` into the active trace on the given tensors."""
+    builder = _ACTIVE.get()
+    if builder is None:
+        raise TraceError(
+            f"{term!r} was called outside a traced function. Fix: compose with >> and @, or "
+            "call terms inside a function decorated with @ncd.trace."
+        )
+    if len(args) != term.n_in:
+        raise TraceError(f"{term!r} takes {term.n_in} input(s), got {len(args)}")
+    refs: list[Ref] = []
+    for a in args:
+        if not isinstance(a, Tensor):
+            raise TraceError(f"{term!r} received {a!r}; pass symbolic tensors")
+        if a._builder is not builder:
+            raise TraceError("a tensor from another traced function was used here")
+        refs.append(a._ref)
+    outs = [Tensor(builder, r) for r in term.lower(builder, refs)]
+    if len(outs) == 1:
+        return outs[0]
+    return tuple(outs)
+
+
+@overload
+def trace(fn: Callable[..., Any], /) -> Term: ...
+@overload
+def trace(
+    *, inputs: Sequence[ArrayType | Sequence[Axis]] | None = None, name: str | None = None,
+    label: str | None = None,
+) -> Callable[[Callable[..., Any]], Term]: ...
+
+
+def trace(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    inputs: Sequence[ArrayType | Sequence[Axis]] | None = None,
+    name: str | None = None,
+    label: str | None = None,
+) -> Term | Callable[[Callable[..., Any]], Term]:
+    """Turn a function over symbolic tensors into a model (a term), once, now.
+
+    ``inputs`` optionally fixes the input types (otherwise the first op reading an input does);
+    ``name``/``label`` make the result a named definition like ``Term.named``.
+    """
+    if fn is None:
+        return lambda f: trace(f, inputs=inputs, name=name, label=label)
+    from ncd._term import GraphTerm, call_site
+
+    site = call_site()
+    if inputs is not None:
+        n_in = len(inputs)
+    else:
+        params = inspect.signature(fn).parameters.values()
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            raise TraceError(f"{fn.__name__} takes *args: give trace(inputs=[...]) to fix the arity")
+        n_in = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    scope = Scope(name, label if label is not None else name) if name else None
+    b = Builder(scope)
+    holes: list[Hole] = [b.new_slot() for _ in range(n_in)]
+    for hole, t in zip(holes, inputs or (), strict=False):
+        b.materialise(hole, t if isinstance(t, ArrayType) else ArrayType(tuple(t)))
+    token = _ACTIVE.set(b)
+    try:
+        result = fn(*(Tensor(b, h) for h in holes))
+    finally:
+        _ACTIVE.reset(token)
+    outs = result if isinstance(result, tuple | list) else (result,)
+    for o in outs:
+        if not isinstance(o, Tensor) or o._builder is not b:
+            raise TraceError(f"{fn.__name__} must return tensors of its own trace, got {o!r}")
+    graph = b.finish([o._ref for o in outs], what=fn.__name__)
+    return GraphTerm(graph, site)

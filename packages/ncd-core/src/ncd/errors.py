@@ -1,0 +1,68 @@
+"""The exception hierarchy: every error ncd raises on bad input is an ``NcdError``.
+
+Messages name axes as ``name#uid`` with sizes, name the ops involved and where they were
+built, and end with a fix.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlignmentError",
+    "CompileError",
+    "GraphError",
+    "NcdError",
+    "ParameterError",
+    "PluginError",
+    "ScheduleError",
+    "SerializationError",
+    "SizeError",
+    "TargetNotFoundError",
+    "TraceError",
+]
+
+
+class NcdError(Exception):
+    """Base class of every error ncd raises on bad input."""
+
+
+class AlignmentError(NcdError, TypeError):
+    """Composition could not bind an op's template axes to the axes it receives."""
+
+
+class SizeError(NcdError, ValueError):
+    """Axis sizes are missing or contradict each other (all conflicts are reported together)."""
+
+
+class GraphError(NcdError, ValueError):
+    """The graph IR violates an invariant (raised by the verifier)."""
+
+
+class SerializationError(NcdError, ValueError):
+    """Interchange JSON is malformed, of an unknown version, or inconsistent."""
+
+
+class ParameterError(NcdError, KeyError):
+    """A parameter is missing, unexpected, or of the wrong shape."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TraceError(NcdError, TypeError):
+    """A traced function misused symbolic tensors."""
+
+
+class PluginError(NcdError, RuntimeError):
+    """A plugin failed to load or returned something that is not a valid registration."""
+
+
+class TargetNotFoundError(NcdError, LookupError):
+    """No installed plugin provides the requested backend, exporter or renderer."""
+
+
+class ScheduleError(NcdError, ValueError):
+    """A kernel schedule is impossible (unstreamable axis, tile too large, unknown axis...)."""
+
+
+class CompileError(NcdError, RuntimeError):
+    """A generated program failed to compile; the message shows the source near the failure."""

@@ -1,0 +1,133 @@
+"""Standard blocks as definitions: attention (softmax and spherical), multi-head attention,
+MLP, norms, the pre-norm transformer block and a GPT.
+
+Every size argument takes an ``Axis`` (shared with the caller), an int (a fixed size) or a
+name (a fresh free axis). Blocks that share axes, like the layers of a GPT, are built from the
+same ``Axis`` objects, so ``config()`` lists each size once.
+"""
+
+from __future__ import annotations
+
+from ncd import ops
+from ncd._term import Term
+from ncd._trace import Tensor, trace
+from ncd.axis import ArrayType, Axis
+
+__all__ = ["attention", "gpt", "layernorm", "mlp", "multihead_attention", "rmsnorm",
+           "spherical_attention", "transformer_block"]
+
+AxisArg = Axis | int | str | None
+
+
+def _ax(default: str, value: AxisArg) -> Axis:
+    if isinstance(value, Axis):
+        return value
+    if isinstance(value, bool):
+        raise TypeError(f"{default}: expected an Axis, int or name, got {value!r}")
+    if isinstance(value, int):
+        return Axis(default, size=value)
+    return Axis(value or default)
+
+
+def attention(q: AxisArg = "q", x: AxisArg = "x", d: AxisArg = "d", v: AxisArg = "v", *,
+              scale: bool = True, causal: bool = False, label: str = "attention") -> Term:
+    """``softmax(Q K^T / sqrt(d)) V`` in one line: three inputs ``Q[q d], K[x d], V[x v]``."""
+    qa, xa, da, va = _ax("q", q), _ax("x", x), _ax("d", d), _ax("v", v)
+    t = ops.einsum("q d, x d -> q x", q=qa, x=xa, d=da)
+    if scale:
+        t = t >> ops.scale(da, -0.5)
+    if causal:
+        t = t >> ops.causal_mask(qa, xa)
+    t = t >> ops.softmax(xa) >> ops.einsum("q x, x v -> q v", q=qa, x=xa, v=va)
+    return t.named("attention", label)
+
+
+def spherical_attention(q: AxisArg = "q", x: AxisArg = "x", d: AxisArg = "d", v: AxisArg = "v", *,
+                        causal: bool = False, label: str = "attention") -> Term:
+    """Attention with the L2 normaliser in place of softmax (no exponentials; scale-free)."""
+    qa, xa, da, va = _ax("q", q), _ax("x", x), _ax("d", d), _ax("v", v)
+    t = ops.einsum("q d, x d -> q x", q=qa, x=xa, d=da)
+    if causal:
+        t = t >> ops.causal_mask(qa, xa, fill="0")
+    t = t >> ops.l2norm(xa) >> ops.einsum("q x, x v -> q v", q=qa, x=xa, v=va)
+    return t.named("spherical_attention", label)
+
+
+def layernorm(axis: AxisArg = "d_model", *, eps: float = 1e-5, label: str = "ln") -> Term:
+    """LayerNorm over one axis with learned scale and shift."""
+    return ops.layernorm(_ax("d_model", axis), eps=eps, name="").named("layernorm", label)
+
+
+def rmsnorm(axis: AxisArg = "d_model", *, eps: float = 1e-6, label: str = "norm") -> Term:
+    """RMSNorm over one axis with a learned scale."""
+    return ops.rmsnorm(_ax("d_model", axis), eps=eps, name="").named("rmsnorm", label)
+
+
+def mlp(d_model: AxisArg = "d_model", d_ff: AxisArg = "d_ff", *, activation: str = "gelu",
+        label: str = "mlp") -> Term:
+    """``proj(act(fc(x)))`` from ``d_model`` to ``d_ff`` and back."""
+    dm, ff = _ax("d_model", d_model), _ax("d_ff", d_ff)
+    act = ops.gelu() if activation == "gelu" else ops.unary(activation)
+    body = ops.linear(dm, ff, name="fc") >> act >> ops.linear(ff, dm, name="proj")
+    return body.named("mlp", label)
+
+
+def multihead_attention(seq: AxisArg = "seq", d_model: AxisArg = "d_model", heads: AxisArg = "heads",
+                        d_head: AxisArg = "d_head", *, seq_k: AxisArg = "seq_k", causal: bool = True,
+                        spherical: bool = False, label: str = "attn") -> Term:
+    """Self-attention with ``heads`` heads: q/k/v projections, attention lifted over heads, and
+    an output projection. Keys run over ``seq_k``, a renamed copy of ``seq`` (same size)."""
+    s, dm, h, dh = _ax("seq", seq), _ax("d_model", d_model), _ax("heads", heads), _ax("d_head", d_head)
+    key = _ax("seq_k", seq_k)
+    core = (spherical_attention(s, key, dh, dh, causal=causal) if spherical
+            else attention(s, key, dh, dh, causal=causal))
+
+    @trace(inputs=[ArrayType((s, dm))], name="multihead_attention", label=label)
+    def mha(x: Tensor) -> Tensor:
+        q = ops.linear(dm, (h, dh), name="q")(x)
+        k = ops.rename(s, key)(ops.linear(dm, (h, dh), name="k")(x))
+        v = ops.rename(s, key)(ops.linear(dm, (h, dh), name="v")(x))
+        return ops.linear((h, dh), dm, name="o")(core(q, k, v))  # type: ignore[no-any-return]
+
+    return mha
+
+
+def transformer_block(seq: AxisArg = "seq", d_model: AxisArg = "d_model", heads: AxisArg = "heads",
+                      d_head: AxisArg = "d_head", d_ff: AxisArg = "d_ff", *, seq_k: AxisArg = "seq_k",
+                      causal: bool = True, spherical: bool = False, label: str = "block") -> Term:
+    """Pre-norm block: ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``."""
+    s, dm = _ax("seq", seq), _ax("d_model", d_model)
+    h, dh, ff = _ax("heads", heads), _ax("d_head", d_head), _ax("d_ff", d_ff)
+    attn = multihead_attention(s, dm, h, dh, seq_k=seq_k, causal=causal, spherical=spherical)
+    ffn = mlp(dm, ff)
+    ln_1, ln_2 = layernorm(dm, label="ln_1"), layernorm(dm, label="ln_2")
+
+    @trace(inputs=[ArrayType((s, dm))], name="transformer_block", label=label)
+    def block(x: Tensor) -> Tensor:
+        x = x + attn(ln_1(x))
+        return x + ffn(ln_2(x))  # type: ignore[no-any-return]
+
+    return block
+
+
+def gpt(layers: int = 2, *, seq: AxisArg = "seq", d_model: AxisArg = "d_model",
+        heads: AxisArg = "heads", d_head: AxisArg = "d_head", d_ff: AxisArg = "d_ff",
+        vocab: AxisArg = "vocab", spherical: bool = False) -> Term:
+    """A GPT: token and learned positional embeddings, ``layers`` causal blocks, a final
+    LayerNorm and an untied unembedding. Input: token ids ``[seq]``; output: logits
+    ``[seq vocab]``."""
+    s, dm, h = _ax("seq", seq), _ax("d_model", d_model), _ax("heads", heads)
+    dh, ff, vc = _ax("d_head", d_head), _ax("d_ff", d_ff), _ax("vocab", vocab)
+    key = Axis("seq_k")
+    blocks = [transformer_block(s, dm, h, dh, ff, seq_k=key, spherical=spherical, label=f"blocks.{i}")
+              for i in range(layers)]
+    ln_f = layernorm(dm, label="ln_f")
+
+    @trace(inputs=[ArrayType((s,), "int64")], name="gpt", label="gpt")
+    def model(tokens: Tensor) -> Tensor:
+        x = ops.embedding(vc, dm, name="wte")(tokens) + ops.learned((s, dm), name="wpe")()
+        for block in blocks:
+            x = block(x)
+        return ops.linear(dm, vc, bias=False, name="lm_head")(ln_f(x))  # type: ignore[no-any-return]
+
+    return model

@@ -1,0 +1,325 @@
+"""Constructors of primitive ops as terms: ``ops.einsum("q d, x d -> q x")`` and friends.
+
+Axes are written by name in strings (fresh template axes, bound when composed) or passed as
+``Axis`` objects (exactly those axes). Keyword arguments give a name an ``Axis`` or a size:
+``ops.einsum("q d, x d -> q x", d=d_head)``, ``ops.rearrange("(h e) -> h e", h=4)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ncd._term import Prim, Term, call_site
+from ncd.axis import Axis, AxisLike
+from ncd.op import OP_KINDS, Op, Param, Product, register_op
+from ncd.ops._library import (
+    BINARY_FNS,
+    REDUCE_FNS,
+    UNARY_FNS,
+    Binary,
+    CausalMask,
+    Constant,
+    Dropout,
+    Einsum,
+    Embedding,
+    L2Norm,
+    LayerNorm,
+    Learned,
+    Linear,
+    Reduce,
+    RMSNorm,
+    Scalar,
+    Scale,
+    Softmax,
+    Unary,
+    View,
+)
+
+__all__ = [
+    "BINARY_FNS", "OP_KINDS", "REDUCE_FNS", "UNARY_FNS", "Binary", "CausalMask", "Constant",
+    "Dropout", "Einsum", "Embedding", "L2Norm", "LayerNorm", "Learned", "Linear", "Op", "Param",
+    "Product", "RMSNorm", "Reduce", "Scalar", "Scale", "Softmax", "Unary", "View", "abs", "add",
+    "binary", "causal_mask", "constant", "div", "dropout", "einsum", "embedding", "exp", "gelu",
+    "gelu_tanh", "l2norm", "layernorm", "learned", "linear", "log", "max", "maximum", "mean",
+    "min", "minimum", "mul", "neg", "pow", "prim", "rearrange", "recip", "reduce", "register_op",
+    "relu", "rename", "rmsnorm", "rsqrt", "scalar", "scale", "sigmoid", "silu", "softmax",
+    "sqrt", "square", "sub", "sum", "tanh", "unary",
+]
+
+
+class _Names:
+    """Resolves names to axes within one constructor call (same name -> same axis)."""
+
+    def __init__(self, given: dict[str, AxisLike | int]) -> None:
+        self.map: dict[str, Axis] = {}
+        for k, v in given.items():
+            if isinstance(v, Axis):
+                self.map[k] = v
+            elif isinstance(v, int) and not isinstance(v, bool):
+                self.map[k] = Axis(k, size=v)
+            else:
+                raise TypeError(f"axis {k!r} must be given an Axis or an int size, got {v!r}")
+
+    def axis(self, a: AxisLike) -> Axis:
+        if isinstance(a, Axis):
+            return a
+        if a not in self.map:
+            self.map[a] = Axis(a)
+        return self.map[a]
+
+    def axes(self, spec: AxisLike | Sequence[AxisLike]) -> tuple[Axis, ...]:
+        if isinstance(spec, Axis):
+            return (spec,)
+        if isinstance(spec, str):
+            return tuple(self.axis(n) for n in spec.split())
+        return tuple(self.axis(a) for a in spec)
+
+
+def prim(op: Op) -> Term:
+    """Wrap any op (including a plugin's) as a term."""
+    return Prim(op, call_site())
+
+
+def einsum(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:
+    """A contraction/outer product/transpose: ``"q d, x d -> q x"``."""
+    if "->" not in spec:
+        raise ValueError(f"einsum spec {spec!r} needs '->'")
+    lhs, rhs = spec.split("->")
+    n = _Names(axes)
+    inputs = tuple(n.axes(part) for part in lhs.split(","))
+    return prim(Einsum(inputs, n.axes(rhs), name=name))
+
+
+def linear(spec: str | Sequence[AxisLike] | AxisLike, out: Sequence[AxisLike] | AxisLike | None = None,
+           *, bias: bool = True, name: str = "linear", **axes: AxisLike | int) -> Term:
+    """A learned map: ``linear("d_model -> heads d_head")`` or ``linear(d_in, d_out)``."""
+    n = _Names(axes)
+    if out is None:
+        if not isinstance(spec, str) or "->" not in spec:
+            raise ValueError("linear needs 'in -> out' or two arguments")
+        left, right = spec.split("->")
+        return prim(Linear(n.axes(left), n.axes(right), bias, name=name))
+    return prim(Linear(n.axes(spec), n.axes(out), bias, name=name))
+
+
+def unary(fn: str, *, name: str = "") -> Term:
+    return prim(Unary(fn, name=name))
+
+
+def binary(fn: str, *, name: str = "") -> Term:
+    return prim(Binary(fn, name=name))
+
+
+def scalar(fn: str, const: float, *, reverse: bool = False, name: str = "") -> Term:
+    return prim(Scalar(fn, const, reverse, name=name))
+
+
+def _bin(fn: str, const: float | None, reverse: bool, name: str) -> Term:
+    return binary(fn, name=name) if const is None else scalar(fn, const, reverse=reverse, name=name)
+
+
+def add(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:
+    """``x + y``, or ``x + const`` when a constant is given."""
+    return _bin("add", const, reverse, name)
+
+
+def sub(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:
+    """``x - y``, ``x - const``, or ``const - x`` with ``reverse=True``."""
+    return _bin("sub", const, reverse, name)
+
+
+def mul(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:
+    return _bin("mul", const, reverse, name)
+
+
+def div(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:
+    return _bin("div", const, reverse, name)
+
+
+def pow(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:  # noqa: A001
+    return _bin("pow", const, reverse, name)
+
+
+def maximum(const: float | None = None, *, name: str = "") -> Term:
+    """Elementwise maximum of two inputs (or with a constant)."""
+    return _bin("max", const, False, name)
+
+
+def minimum(const: float | None = None, *, name: str = "") -> Term:
+    return _bin("min", const, False, name)
+
+
+def _unary_ctor(fn: str) -> object:
+    def make(*, name: str = "") -> Term:
+        return unary(fn, name=name)
+
+    make.__name__ = fn
+    make.__doc__ = f"Elementwise ``{fn}``."
+    return make
+
+
+exp = _unary_ctor("exp")
+log = _unary_ctor("log")
+sqrt = _unary_ctor("sqrt")
+rsqrt = _unary_ctor("rsqrt")
+abs = _unary_ctor("abs")  # noqa: A001
+neg = _unary_ctor("neg")
+relu = _unary_ctor("relu")
+silu = _unary_ctor("silu")
+sigmoid = _unary_ctor("sigmoid")
+tanh = _unary_ctor("tanh")
+square = _unary_ctor("square")
+recip = _unary_ctor("recip")
+gelu_tanh = _unary_ctor("gelu_tanh")
+
+
+def gelu(*, approximate: str = "none", name: str = "") -> Term:
+    """GELU: exact (erf) by default, ``approximate="tanh"`` for the GPT-2 form."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError("approximate must be 'none' or 'tanh'")
+    return unary("gelu" if approximate == "none" else "gelu_tanh", name=name)
+
+
+def reduce(fn: str, over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:
+    return prim(Reduce(fn, _Names({}).axes(over), name=name))
+
+
+def sum(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:  # noqa: A001
+    """Sum over the given axes."""
+    return reduce("sum", over, name=name)
+
+
+def max(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:  # noqa: A001
+    return reduce("max", over, name=name)
+
+
+def min(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:  # noqa: A001
+    return reduce("min", over, name=name)
+
+
+def mean(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:
+    return reduce("mean", over, name=name)
+
+
+def scale(by: AxisLike | Sequence[AxisLike], power: float = -0.5, *, name: str = "") -> Term:
+    """Multiply by ``prod(|by|) ** power``: ``scale(d)`` is attention's ``1/sqrt(d)``."""
+    return prim(Scale(_Names({}).axes(by), power, name=name))
+
+
+def softmax(axis: AxisLike, *, name: str = "") -> Term:
+    """Softmax over one axis (lifted over the rest)."""
+    return prim(Softmax(_Names({}).axis(axis), name=name))
+
+
+def l2norm(axis: AxisLike, *, eps: float = 1e-12, name: str = "") -> Term:
+    """``x / sqrt(sum x^2 + eps)`` over one axis: the spherical normaliser."""
+    return prim(L2Norm(_Names({}).axis(axis), eps, name=name))
+
+
+def layernorm(axes: AxisLike | Sequence[AxisLike], *, eps: float = 1e-5, affine: bool = True,
+              bias: bool = True, name: str = "") -> Term:
+    return prim(LayerNorm(_Names({}).axes(axes), eps, affine, bias, name=name))
+
+
+def rmsnorm(axes: AxisLike | Sequence[AxisLike], *, eps: float = 1e-6, affine: bool = True,
+            name: str = "") -> Term:
+    return prim(RMSNorm(_Names({}).axes(axes), eps, affine, name=name))
+
+
+def causal_mask(q: AxisLike = "q", x: AxisLike = "x", *, fill: str = "-inf", name: str = "") -> Term:
+    """Mask scores ``[q, x]`` so query ``i`` sees keys ``j <= i`` (aligned at the end).
+
+    Masked scores become ``-inf`` (for softmax) or ``0`` (``fill="0"``, for the L2 normaliser).
+    """
+    n = _Names({})
+    return prim(CausalMask(n.axis(q), n.axis(x), fill, name=name))
+
+
+def embedding(spec: str | AxisLike, out: Sequence[AxisLike] | AxisLike | None = None, *,
+              name: str = "embedding", **axes: AxisLike | int) -> Term:
+    """Integer ids to learned vectors: ``embedding("vocab -> d_model")``."""
+    n = _Names(axes)
+    if out is None:
+        if not isinstance(spec, str) or "->" not in spec:
+            raise ValueError("embedding needs 'vocab -> out' or two arguments")
+        left, right = spec.split("->")
+        (vocab,) = n.axes(left)
+        return prim(Embedding(vocab, n.axes(right), name=name))
+    return prim(Embedding(n.axis(spec), n.axes(out), name=name))
+
+
+def dropout(p: float = 0.1, *, name: str = "") -> Term:
+    """Identity at inference; seeded random zeroing (scaled by 1/(1-p)) in training mode."""
+    return prim(Dropout(p, name=name))
+
+
+def constant(value: float, axes: AxisLike | Sequence[AxisLike] = (), *, name: str = "") -> Term:
+    """A constant array (a scalar by default) filled with ``value``."""
+    return prim(Constant(value, _Names({}).axes(axes), name=name))
+
+
+def learned(axes: AxisLike | Sequence[AxisLike], *, init: str = "normal", name: str = "weight") -> Term:
+    """A learned array over ``axes`` (positional embeddings, standalone biases)."""
+    return prim(Learned(_Names({}).axes(axes), init, name=name))
+
+
+def _parse_groups(side: str, n: _Names) -> list[tuple[Axis | None, tuple[Axis, ...]]]:
+    groups: list[tuple[Axis | None, tuple[Axis, ...]]] = []
+    tokens = side.replace("(", " ( ").replace(")", " ) ").split()
+    i = 0
+    while i < len(tokens):
+        if tokens[i] == "(":
+            j = tokens.index(")", i)
+            groups.append((None, tuple(n.axis(t) for t in tokens[i + 1 : j])))
+            i = j + 1
+        elif tokens[i] == ")":
+            raise ValueError(f"unbalanced ')' in {side!r}")
+        else:
+            a = n.axis(tokens[i])
+            groups.append((a, (a,)))
+            i += 1
+    return groups
+
+
+def rearrange(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:
+    """Permute, split and merge axes, einops style: ``"s (h e) -> s h e"`` with ``h=4``.
+
+    A parenthesised group stands for one axis made of its parts; one part of each split may be
+    left unsized (it is derived). Merged output axes are named by joining their parts with ``_``.
+    """
+    if "->" not in spec:
+        raise ValueError(f"rearrange spec {spec!r} needs '->'")
+    left, right = spec.split("->")
+    n = _Names(axes)
+    ins = _parse_groups(left, n)
+    outs = _parse_groups(right, n)
+    derived: list[Axis] = []
+
+    def whole(groups: list[tuple[Axis | None, tuple[Axis, ...]]], side: str) -> list[Axis]:
+        res = []
+        for axis, parts in groups:
+            if axis is None:
+                axis = Axis("_".join(p.name for p in parts))
+                if side == "out":
+                    derived.append(axis)
+                else:
+                    unsized = [p for p in parts if p.size is None]
+                    if len(unsized) > 1:
+                        raise ValueError(
+                            f"rearrange {spec!r}: split ({' '.join(p.name for p in parts)}) needs "
+                            f"sizes for all but one part; give e.g. {unsized[0].name}=..."
+                        )
+                    derived.extend(unsized)
+            res.append(axis)
+        return res
+
+    in_axes = whole(ins, "in")
+    out_axes = whole(outs, "out")
+    return prim(View(in_axes, out_axes, [p for _, p in ins], [p for _, p in outs], derived, name=name))
+
+
+def rename(src: AxisLike, dst: AxisLike, *, name: str = "") -> Term:
+    """A new axis ``dst`` of the same size standing for ``src`` (e.g. attention's key axis)."""
+    n = _Names({})
+    a, b = n.axis(src), n.axis(dst)
+    return prim(View((a,), (b,), ((a,),), ((a,),), (), name=name))

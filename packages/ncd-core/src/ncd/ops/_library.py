@@ -1,0 +1,416 @@
+"""The built-in primitive ops: contractions, learned maps, elementwise maps, reductions,
+normalisers, masks, embeddings, dropout, views and constants."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+
+from ncd.axis import Axis
+from ncd.op import (
+    Op,
+    Param,
+    Product,
+    Signature,
+    axes_field,
+    axis_field,
+    groups_field,
+    register_op,
+)
+
+__all__ = [
+    "BINARY_FNS",
+    "REDUCE_FNS",
+    "UNARY_FNS",
+    "Binary",
+    "CausalMask",
+    "Constant",
+    "Dropout",
+    "Einsum",
+    "Embedding",
+    "L2Norm",
+    "LayerNorm",
+    "Learned",
+    "Linear",
+    "RMSNorm",
+    "Reduce",
+    "Scalar",
+    "Scale",
+    "Softmax",
+    "Unary",
+    "View",
+]
+
+UNARY_FNS = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu", "gelu", "gelu_tanh", "silu",
+             "sigmoid", "tanh", "square", "recip")
+BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow")
+REDUCE_FNS = ("sum", "max", "mean", "min")
+
+
+def _one_of(choices: tuple[str, ...]) -> Any:
+    def check(_: Any, attribute: Any, value: str) -> None:
+        if value not in choices:
+            raise ValueError(f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
+
+    return check
+
+
+def _finite_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+@register_op
+@attrs.frozen
+class Einsum(Op):
+    """A contraction, outer product or transpose: ``inputs -> output`` over named axes."""
+
+    kind: ClassVar[str] = "einsum"
+    category: ClassVar[str] = "contraction"
+    inputs: tuple[tuple[Axis, ...], ...] = groups_field()
+    output: tuple[Axis, ...] = axes_field()
+
+    def __attrs_post_init__(self) -> None:
+        every = {a for g in self.inputs for a in g}
+        missing = [a.ref for a in self.output if a not in every]
+        if missing:
+            raise ValueError(f"einsum output axes {missing} appear in no input")
+        for g in (*self.inputs, self.output):
+            if len(set(g)) != len(g):
+                raise ValueError(f"einsum operand repeats an axis: {[a.name for a in g]}")
+
+    def signature(self) -> Signature:
+        return self.inputs, (self.output,)
+
+    @property
+    def contracted(self) -> tuple[Axis, ...]:
+        """Axes summed away (in some input, not in the output)."""
+        out = set(self.output)
+        seen: dict[Axis, None] = {}
+        for g in self.inputs:
+            for a in g:
+                if a not in out:
+                    seen.setdefault(a)
+        return tuple(seen)
+
+
+@register_op
+@attrs.frozen
+class Linear(Op):
+    """A learned linear map ``in_axes -> out_axes``; weight axes are ``(*out, *in)``."""
+
+    kind: ClassVar[str] = "linear"
+    category: ClassVar[str] = "contraction"
+    in_axes: tuple[Axis, ...] = axes_field()
+    out_axes: tuple[Axis, ...] = axes_field()
+    bias: bool = True
+
+    def signature(self) -> Signature:
+        return (self.in_axes,), (self.out_axes,)
+
+    def params(self) -> tuple[Param, ...]:
+        w = Param("weight", (*self.out_axes, *self.in_axes), "uniform_fan_in", self.in_axes)
+        if not self.bias:
+            return (w,)
+        return w, Param("bias", self.out_axes, "uniform_fan_in", self.in_axes)
+
+
+@register_op
+@attrs.frozen
+class Unary(Op):
+    """An elementwise function of one input."""
+
+    kind: ClassVar[str] = "unary"
+    category: ClassVar[str] = "elementwise"
+    fn: str = attrs.field(validator=_one_of(UNARY_FNS))
+
+    def signature(self) -> Signature:
+        return ((),), ((),)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.fn
+
+
+@register_op
+@attrs.frozen
+class Binary(Op):
+    """An elementwise function of two inputs (broadcast over the union of their axes)."""
+
+    kind: ClassVar[str] = "binary"
+    category: ClassVar[str] = "elementwise"
+    fn: str = attrs.field(validator=_one_of(BINARY_FNS))
+
+    def signature(self) -> Signature:
+        return ((), ()), ((),)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.fn
+
+
+@register_op
+@attrs.frozen
+class Scalar(Op):
+    """``x fn const`` (or ``const fn x`` when ``reverse``), elementwise."""
+
+    kind: ClassVar[str] = "scalar"
+    category: ClassVar[str] = "elementwise"
+    fn: str = attrs.field(validator=_one_of(BINARY_FNS))
+    const: float = attrs.field(converter=_finite_float)
+    reverse: bool = False
+
+    def signature(self) -> Signature:
+        return ((),), ((),)
+
+    @property
+    def label(self) -> str:
+        return self.name or (f"{self.const:g} {self.fn}" if self.reverse else f"{self.fn} {self.const:g}")
+
+
+@register_op
+@attrs.frozen
+class Scale(Op):
+    """Multiply by ``prod(size(a) for a in by) ** power`` (e.g. attention's 1/sqrt(d))."""
+
+    kind: ClassVar[str] = "scale"
+    category: ClassVar[str] = "elementwise"
+    by: tuple[Axis, ...] = axes_field()
+    power: float = attrs.field(default=-0.5, converter=_finite_float)
+
+    def signature(self) -> Signature:
+        return ((),), ((),)
+
+    @property
+    def label(self) -> str:
+        return self.name or f"scale |{' '.join(a.name for a in self.by)}|^{self.power:g}"
+
+
+@register_op
+@attrs.frozen
+class Reduce(Op):
+    """Sum, max, min or mean over ``axes``."""
+
+    kind: ClassVar[str] = "reduce"
+    category: ClassVar[str] = "reduction"
+    fn: str = attrs.field(validator=_one_of(REDUCE_FNS))
+    axes_: tuple[Axis, ...] = axes_field()
+
+    def signature(self) -> Signature:
+        return (self.axes_,), ((),)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.fn
+
+
+@register_op
+@attrs.frozen
+class Softmax(Op):
+    """``exp(x_i - max x) / sum_j exp(x_j - max x)`` over one axis."""
+
+    kind: ClassVar[str] = "softmax"
+    category: ClassVar[str] = "normaliser"
+    axis: Axis = axis_field()
+
+    def signature(self) -> Signature:
+        return ((self.axis,),), ((self.axis,),)
+
+
+@register_op
+@attrs.frozen
+class L2Norm(Op):
+    """``x_i / sqrt(sum_j x_j^2 + eps)`` over one axis (the spherical-attention normaliser)."""
+
+    kind: ClassVar[str] = "l2norm"
+    category: ClassVar[str] = "normaliser"
+    axis: Axis = axis_field()
+    eps: float = attrs.field(default=1e-12, converter=_finite_float)
+
+    def signature(self) -> Signature:
+        return ((self.axis,),), ((self.axis,),)
+
+
+@register_op
+@attrs.frozen
+class LayerNorm(Op):
+    """Layer normalisation over ``axes_`` with optional learned scale and shift."""
+
+    kind: ClassVar[str] = "layernorm"
+    category: ClassVar[str] = "normaliser"
+    axes_: tuple[Axis, ...] = axes_field()
+    eps: float = attrs.field(default=1e-5, converter=_finite_float)
+    affine: bool = True
+    bias: bool = True
+
+    def signature(self) -> Signature:
+        return (self.axes_,), (self.axes_,)
+
+    def params(self) -> tuple[Param, ...]:
+        if not self.affine:
+            return ()
+        w = Param("weight", self.axes_, "ones")
+        return (w, Param("bias", self.axes_, "zeros")) if self.bias else (w,)
+
+
+@register_op
+@attrs.frozen
+class RMSNorm(Op):
+    """Root-mean-square normalisation over ``axes_`` with an optional learned scale."""
+
+    kind: ClassVar[str] = "rmsnorm"
+    category: ClassVar[str] = "normaliser"
+    axes_: tuple[Axis, ...] = axes_field()
+    eps: float = attrs.field(default=1e-6, converter=_finite_float)
+    affine: bool = True
+
+    def signature(self) -> Signature:
+        return (self.axes_,), (self.axes_,)
+
+    def params(self) -> tuple[Param, ...]:
+        return (Param("weight", self.axes_, "ones"),) if self.affine else ()
+
+
+@register_op
+@attrs.frozen
+class CausalMask(Op):
+    """Set scores with key index ``j > i + (|x| - |q|)`` to ``-inf`` (query ``q``, key ``x``)."""
+
+    kind: ClassVar[str] = "causal_mask"
+    category: ClassVar[str] = "elementwise"
+    q: Axis = axis_field()
+    x: Axis = axis_field()
+    fill: str = attrs.field(default="-inf", validator=_one_of(("-inf", "0")))
+
+    def signature(self) -> Signature:
+        return ((self.q, self.x),), ((self.q, self.x),)
+
+
+@register_op
+@attrs.frozen
+class Embedding(Op):
+    """Look up integer ids in a learned table of axes ``(vocab, *out_axes)``."""
+
+    kind: ClassVar[str] = "embedding"
+    category: ClassVar[str] = "other"
+    vocab: Axis = axis_field()
+    out_axes: tuple[Axis, ...] = axes_field()
+
+    def signature(self) -> Signature:
+        return ((),), (self.out_axes,)
+
+    def params(self) -> tuple[Param, ...]:
+        return (Param("weight", (self.vocab, *self.out_axes), "normal"),)
+
+    def in_dtypes(self) -> tuple[str, ...]:
+        return ("int64",)
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        return ("float32",)
+
+
+@register_op
+@attrs.frozen
+class Dropout(Op):
+    """Identity at inference; in training, zero each element with probability ``p``."""
+
+    kind: ClassVar[str] = "dropout"
+    category: ClassVar[str] = "elementwise"
+    p: float = attrs.field(default=0.1, converter=_finite_float)
+
+    def __attrs_post_init__(self) -> None:
+        if not 0.0 <= self.p < 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1), got {self.p}")
+
+    def signature(self) -> Signature:
+        return ((),), ((),)
+
+
+@register_op
+@attrs.frozen
+class View(Op):
+    """Split, merge, rename or permute axes without touching data.
+
+    ``in_parts[i]`` lists the elementary axes that ``in_axes[i]`` is made of (in row-major
+    order); ``out_parts`` likewise. The elementary axes on both sides are the same set.
+    """
+
+    kind: ClassVar[str] = "view"
+    category: ClassVar[str] = "view"
+    in_axes: tuple[Axis, ...] = axes_field()
+    out_axes: tuple[Axis, ...] = axes_field()
+    in_parts: tuple[tuple[Axis, ...], ...] = groups_field()
+    out_parts: tuple[tuple[Axis, ...], ...] = groups_field()
+    derived: tuple[Axis, ...] = axes_field(default=())
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.in_parts) != len(self.in_axes) or len(self.out_parts) != len(self.out_axes):
+            raise ValueError("view: one part per axis is required")
+        left = [a for g in self.in_parts for a in g]
+        right = [a for g in self.out_parts for a in g]
+        if sorted(a.uid for a in left) != sorted(a.uid for a in right) or len(set(left)) != len(left):
+            raise ValueError(
+                f"view: elementary axes differ: {[a.name for a in left]} vs {[a.name for a in right]}"
+            )
+
+    def signature(self) -> Signature:
+        return (self.in_axes,), (self.out_axes,)
+
+    def constraints(self) -> tuple[Product, ...]:
+        out = []
+        for axis, part in (*zip(self.in_axes, self.in_parts), *zip(self.out_axes, self.out_parts)):
+            if part != (axis,):
+                out.append(Product(axis, part))
+        return tuple(out)
+
+    def derived_axes(self) -> tuple[Axis, ...]:
+        return self.derived
+
+    @property
+    def elementary(self) -> tuple[Axis, ...]:
+        return tuple(a for g in self.in_parts for a in g)
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if len(self.in_axes) == len(self.out_axes) == 1 and self.in_parts == self.out_parts:
+            return "rename"
+        return "view"
+
+
+@register_op
+@attrs.frozen
+class Constant(Op):
+    """A constant array filled with ``value`` over ``axes_`` (a scalar when empty)."""
+
+    kind: ClassVar[str] = "constant"
+    category: ClassVar[str] = "source"
+    value: float = attrs.field(converter=_finite_float)
+    axes_: tuple[Axis, ...] = axes_field(default=())
+
+    def signature(self) -> Signature:
+        return (), (self.axes_,)
+
+    @property
+    def label(self) -> str:
+        return self.name or f"const {self.value:g}"
+
+
+@register_op
+@attrs.frozen
+class Learned(Op):
+    """A learned array over ``axes_`` (e.g. positional embeddings), output as a value."""
+
+    kind: ClassVar[str] = "learned"
+    category: ClassVar[str] = "source"
+    axes_: tuple[Axis, ...] = axes_field()
+    init: str = attrs.field(default="normal", validator=_one_of(("normal", "zeros", "ones")))
+
+    def signature(self) -> Signature:
+        return (), (self.axes_,)
+
+    def params(self) -> tuple[Param, ...]:
+        return (Param("weight", self.axes_, self.init),)

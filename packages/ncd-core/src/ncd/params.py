@@ -1,0 +1,46 @@
+"""Parameter initialisation: named arrays whose shapes follow the axes.
+
+Names come from the block hierarchy (``blocks.0.attn.q.weight``). Linear layers use PyTorch's
+default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, embeddings and learned arrays ``N(0, 0.02)``
+(GPT-2), norms start at scale 1 and shift 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ncd.errors import SizeError
+
+__all__ = ["init"]
+
+
+def init(model: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str, np.ndarray]:
+    """Fresh parameters for a fully sized model, as ``{name: array}`` in graph order."""
+    from ncd._term import Term
+
+    graph = model.graph if isinstance(model, Term) else model
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for name, p in graph.params().items():
+        sizes = [graph.size(a) for a in p.axes]
+        if any(s is None for s in sizes):
+            free = [a.describe() for a in p.axes if graph.size(a) is None]
+            raise SizeError(f"parameter {name} has free axes {free}; bind sizes before ncd.init")
+        shape = tuple(int(s) for s in sizes if s is not None)
+        if p.init == "uniform_fan_in":
+            fan_in = math.prod(graph.size(a) or 1 for a in p.fan_in) or 1
+            bound = 1.0 / math.sqrt(fan_in)
+            arr = rng.uniform(-bound, bound, shape)
+        elif p.init == "normal":
+            arr = rng.normal(0.0, 0.02, shape)
+        elif p.init == "ones":
+            arr = np.ones(shape)
+        elif p.init == "zeros":
+            arr = np.zeros(shape)
+        else:
+            raise ValueError(f"parameter {name}: unknown initialiser {p.init!r}")
+        out[name] = arr.astype(dtype)
+    return out

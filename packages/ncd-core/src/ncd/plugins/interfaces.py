@@ -1,0 +1,100 @@
+"""The contracts plugins fulfil: small abstract classes, capabilities declared as data."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import attrs
+
+__all__ = ["Backend", "Command", "CostModel", "DemoStep", "Executable", "Exporter", "Lowering",
+           "OpDefinition", "Renderer"]
+
+
+class Executable(abc.ABC):
+    """A compiled model: call it on NumPy arrays (and ``params=``) to get NumPy arrays."""
+
+    @abc.abstractmethod
+    def __call__(self, *inputs: Any, params: Any = None) -> Any: ...
+
+
+class Backend(abc.ABC):
+    """An executable target. ``capabilities`` may hold ``float64``, ``training``, ``gpu``..."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    description: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def compile(self, model: Any, **options: Any) -> Executable:
+        """Turn a model (a term) into an executable for this target."""
+
+
+class Exporter(abc.ABC):
+    """A translation target (a PyTorch module, kernel source, a file format)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def export(self, model: Any, **options: Any) -> Any: ...
+
+
+class Renderer(abc.ABC):
+    """Draws a model; ``formats`` lists what ``render`` can produce (``svg``, ``dot``, ``png``)."""
+
+    name: ClassVar[str]
+    formats: ClassVar[tuple[str, ...]] = ()
+
+    @abc.abstractmethod
+    def render(self, model: Any, fmt: str, **options: Any) -> str | bytes: ...
+
+
+class CostModel(abc.ABC):
+    """Prices a model on a machine description."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def cost(self, model: Any, machine: Any, **options: Any) -> Any: ...
+
+
+@attrs.frozen
+class OpDefinition:
+    """A new op kind (an ``ncd.ops.Op`` subclass) and its reference rule
+    ``rule(op, inputs, params, ctx) -> outputs`` (see ``ncd.reference``)."""
+
+    op: type
+    reference: Callable[..., Sequence[Any]]
+
+
+@attrs.frozen
+class Lowering:
+    """How backend ``target`` runs op kind ``kind``; the rule's shape is the backend's own."""
+
+    target: str
+    kind: str
+    rule: Callable[..., Any]
+
+
+@attrs.frozen
+class Command:
+    """An ``ncd`` subcommand: ``configure(parser)`` adds arguments, ``run(args)`` returns an exit
+    code."""
+
+    name: str
+    help: str
+    configure: Callable[[Any], None]
+    run: Callable[[Any], int]
+
+
+@attrs.frozen
+class DemoStep:
+    """A section of ``ncd demo``. ``run(ctx)`` prints its part; ``ctx`` is a dict holding at least
+    ``model`` (bound GPT), ``params``, ``tokens``, ``logits`` (reference output), ``out`` (a folder
+    for files); steps may add keys for later ones."""
+
+    name: str
+    order: int
+    run: Callable[[dict[str, Any]], None]

@@ -1,0 +1,325 @@
+"""The NumPy reference interpreter: the ground truth every backend is tested against.
+
+Each op's rule works on core axes at the end of its arrays (like a gufunc): the interpreter
+moves each input's loop axes to the front, in the node's loop order, with size-1 dimensions
+where an input lacks one, so NumPy broadcasting performs the lift.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ncd.axis import Axis
+from ncd.errors import ParameterError, SizeError
+from ncd.graph import Graph, Node
+from ncd.ops import _library as L
+from ncd.op import Op
+
+__all__ = ["REFERENCE_RULES", "Context", "evaluate", "reference_rule", "run"]
+
+Array = np.ndarray
+Rule = Callable[[Any, list[Array], dict[str, Array], "Context"], list[Array]]
+
+#: op class -> rule(op, inputs, params, ctx) -> outputs. Plugins add rules for their ops.
+REFERENCE_RULES: dict[type[Op], Rule] = {}
+
+
+def reference_rule(cls: type[Op]) -> Callable[[Rule], Rule]:
+    def deco(fn: Rule) -> Rule:
+        REFERENCE_RULES[cls] = fn
+        return fn
+
+    return deco
+
+
+@attrs.frozen
+class Context:
+    """What a rule may need beyond its arrays: sizes, training mode, a seeded generator."""
+
+    graph: Graph
+    training: bool = False
+    rng: np.random.Generator = attrs.field(factory=lambda: np.random.default_rng(0))
+
+    def size(self, axis: Axis) -> int:
+        s = self.graph.size(axis)
+        if s is None:
+            raise SizeError(f"{axis.describe()} has no size")
+        return s
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+UNARY: dict[str, Callable[[Array], Array]] = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "abs": np.abs,
+    "neg": np.negative,
+    "relu": lambda x: np.maximum(x, 0),
+    "gelu": lambda x: (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(x.dtype),
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "tanh": np.tanh,
+    "square": np.square,
+    "recip": lambda x: 1.0 / x,
+}
+BINARY: dict[str, Callable[[Any, Any], Array]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "max": np.maximum,
+    "min": np.minimum,
+    "pow": np.power,
+}
+REDUCE: dict[str, Callable[..., Array]] = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+
+
+def _trailing(n: int) -> tuple[int, ...]:
+    return tuple(range(-n, 0))
+
+
+@reference_rule(L.Einsum)
+def _einsum(op: L.Einsum, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    letters: dict[Axis, str] = {}
+    for a in (*[a for g in op.inputs for a in g], *op.output):
+        letters.setdefault(a, chr(ord("a") + len(letters)) if len(letters) < 26 else chr(ord("A") + len(letters) - 26))
+    lhs = ",".join("..." + "".join(letters[a] for a in g) for g in op.inputs)
+    rhs = "..." + "".join(letters[a] for a in op.output)
+    return [np.einsum(f"{lhs}->{rhs}", *xs, optimize=len(xs) > 2)]
+
+
+@reference_rule(L.Linear)
+def _linear(op: L.Linear, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    k = len(op.in_axes)
+    w = p["weight"]
+    y = np.tensordot(xs[0], w, axes=(_trailing(k), _trailing(k)))
+    return [y + p["bias"] if op.bias else y]
+
+
+@reference_rule(L.Unary)
+def _unary(op: L.Unary, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    return [UNARY[op.fn](xs[0])]
+
+
+@reference_rule(L.Binary)
+def _binary(op: L.Binary, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    return [BINARY[op.fn](xs[0], xs[1])]
+
+
+@reference_rule(L.Scalar)
+def _scalar(op: L.Scalar, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    fn = BINARY[op.fn]
+    return [fn(op.const, xs[0]) if op.reverse else fn(xs[0], op.const)]
+
+
+@reference_rule(L.Scale)
+def _scale(op: L.Scale, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    factor = float(math.prod(ctx.size(a) for a in op.by)) ** op.power
+    return [xs[0] * factor]
+
+
+@reference_rule(L.Reduce)
+def _reduce(op: L.Reduce, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    return [REDUCE[op.fn](xs[0], axis=_trailing(len(op.axes_)))]
+
+
+@reference_rule(L.Softmax)
+def _softmax(op: L.Softmax, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    x = xs[0]
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return [e / np.sum(e, axis=-1, keepdims=True)]
+
+
+@reference_rule(L.L2Norm)
+def _l2norm(op: L.L2Norm, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    x = xs[0]
+    return [x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + op.eps)]
+
+
+@reference_rule(L.LayerNorm)
+def _layernorm(op: L.LayerNorm, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    x = xs[0]
+    ax = _trailing(len(op.axes_))
+    mu = np.mean(x, axis=ax, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=ax, keepdims=True)
+    y = (x - mu) / np.sqrt(var + op.eps)
+    if op.affine:
+        y = y * p["weight"]
+        if op.bias:
+            y = y + p["bias"]
+    return [y]
+
+
+@reference_rule(L.RMSNorm)
+def _rmsnorm(op: L.RMSNorm, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    x = xs[0]
+    y = x / np.sqrt(np.mean(x * x, axis=_trailing(len(op.axes_)), keepdims=True) + op.eps)
+    return [y * p["weight"] if op.affine else y]
+
+
+@reference_rule(L.CausalMask)
+def _causal(op: L.CausalMask, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    x = xs[0]
+    nq, nx = x.shape[-2], x.shape[-1]
+    keep = np.arange(nx)[None, :] <= np.arange(nq)[:, None] + (nx - nq)
+    fill = -np.inf if op.fill == "-inf" else 0.0
+    return [np.where(keep, x, np.array(fill, dtype=x.dtype))]
+
+
+@reference_rule(L.Embedding)
+def _embedding(op: L.Embedding, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    ids = xs[0]
+    w = p["weight"]
+    if ids.size and (ids.min() < 0 or ids.max() >= w.shape[0]):
+        raise ValueError(f"{op.label}: token ids must be in [0, {w.shape[0]}), got {ids.min()}..{ids.max()}")
+    return [w[ids]]
+
+
+@reference_rule(L.Dropout)
+def _dropout(op: L.Dropout, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    x = xs[0]
+    if not ctx.training or op.p == 0.0:
+        return [x]
+    keep = ctx.rng.random(x.shape) >= op.p
+    return [np.where(keep, x / (1.0 - op.p), 0.0).astype(x.dtype)]
+
+
+@reference_rule(L.View)
+def _view(op: L.View, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    x = xs[0]
+    lead = x.shape[: x.ndim - len(op.in_axes)]
+    elems = op.elementary
+    y = x.reshape(*lead, *(ctx.size(a) for a in elems))
+    order = [a for g in op.out_parts for a in g]
+    perm = [*range(len(lead)), *(len(lead) + elems.index(a) for a in order)]
+    y = y.transpose(perm)
+    return [y.reshape(*lead, *(ctx.size(a) for a in op.out_axes))]
+
+
+@reference_rule(L.Constant)
+def _constant(op: L.Constant, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    return [np.full(tuple(ctx.size(a) for a in op.axes_), op.value, dtype=np.float32)]
+
+
+@reference_rule(L.Learned)
+def _learned(op: L.Learned, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    return [p["weight"]]
+
+
+def _arrange(x: Array, axes: Sequence[Axis], loop: Sequence[Axis], core: Sequence[Axis]) -> Array:
+    """Transpose ``x`` to (loop..., core...) with size-1 dims for loop axes it lacks."""
+    pos = {a: i for i, a in enumerate(axes)}
+    present = [a for a in loop if a in pos]
+    perm = [pos[a] for a in present] + [pos[a] for a in core]
+    if perm != list(range(len(perm))):
+        x = x.transpose(perm)
+    if len(present) != len(loop):
+        shape = [x.shape[present.index(a)] if a in pos else 1 for a in loop]
+        x = x.reshape(*shape, *x.shape[len(present) :])
+    return x
+
+
+def evaluate(
+    graph: Graph,
+    inputs: Sequence[Array],
+    params: Mapping[str, Array],
+    *,
+    training: bool = False,
+    seed: int = 0,
+    rules: Mapping[type[Op], Rule] | None = None,
+    node_hook: Callable[[int, Node, list[Array], dict[str, Array], Context], list[Array] | None] | None = None,
+) -> list[Array]:
+    """Run a fully sized graph on arrays laid out as its input types; returns its outputs.
+
+    ``node_hook`` lets another backend take over some nodes (return ``None`` to decline).
+    """
+    table = REFERENCE_RULES if rules is None else rules
+    ctx = Context(graph, training, np.random.default_rng(seed))
+    env: dict[int, Array] = dict(zip(graph.inputs, inputs, strict=True))
+    for i, node in enumerate(graph.nodes):
+        xs = [
+            _arrange(env[v], graph.values[v].axes, node.loop, core)
+            for v, core in zip(node.inputs, node.core_in, strict=True)
+        ]
+        ps = {p.name: params[name] for name, p in node.params()}
+        outs = node_hook(i, node, xs, ps, ctx) if node_hook is not None else None
+        if outs is None:
+            rule = table.get(type(node.op))
+            if rule is None:
+                raise NotImplementedError(f"no reference rule for op kind {node.op.kind!r}")
+            outs = rule(node.op, xs, ps, ctx)
+        for v, y in zip(node.outputs, outs, strict=True):
+            shape = graph.shape(v)
+            y = np.asarray(y)
+            if y.shape != shape:
+                y = np.broadcast_to(y, shape)
+            env[v] = y
+    return [env[v] for v in graph.outputs]
+
+
+def prepare(model: Any, inputs: Sequence[Any], params: Mapping[str, Any] | None) -> tuple[Graph, list[Array], dict[str, Array]]:
+    """Bind free sizes from input shapes and check inputs and parameters against the graph."""
+    from ncd._term import Term
+
+    graph: Graph = model.graph if isinstance(model, Term) else model
+    arrays = [np.asarray(x) for x in inputs]
+    if len(arrays) != len(graph.inputs):
+        raise SizeError(f"the model takes {len(graph.inputs)} input(s), got {len(arrays)}")
+    sizes: dict[str | Axis, int] = {}
+    for k, (v, x) in enumerate(zip(graph.inputs, arrays, strict=True)):
+        t = graph.values[v]
+        if x.ndim != len(t.axes):
+            raise SizeError(
+                f"input {k} must have {len(t.axes)} dims {t} ({', '.join(a.describe() for a in t.axes)}), "
+                f"got shape {x.shape}"
+            )
+        for a, n in zip(t.axes, x.shape, strict=True):
+            if graph.size(a) is None:
+                sizes[a] = int(n)
+            elif graph.size(a) != n:
+                raise SizeError(f"input {k}: axis {a.describe()} has size {graph.size(a)}, got {n}")
+    if sizes:
+        graph = graph.bind(sizes)
+    for v, x in zip(graph.inputs, arrays, strict=True):
+        graph.shape(v)  # every input size is now known
+    free = graph.config().free
+    if free:
+        raise SizeError(f"free sizes left after reading input shapes: {', '.join(map(str, free))}; bind them")
+    wanted = graph.params()
+    given = dict(params or {})
+    missing = [n for n in wanted if n not in given]
+    if missing:
+        raise ParameterError(
+            f"missing parameter(s) {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}. "
+            "Fix: pass params=ncd.init(model, seed=0)."
+        )
+    extra = [n for n in given if n not in wanted]
+    if extra:
+        raise ParameterError(f"unexpected parameter(s) {', '.join(extra[:8])}; this model has {len(wanted)}")
+    out_params: dict[str, Array] = {}
+    for n, p in wanted.items():
+        arr = np.asarray(given[n])
+        shape = tuple(graph.size(a) for a in p.axes)
+        if arr.shape != shape:
+            raise ParameterError(f"parameter {n} must have shape {shape} (axes {[a.name for a in p.axes]}), got {arr.shape}")
+        out_params[n] = arr
+    return graph, arrays, out_params
+
+
+def run(model: Any, *inputs: Any, params: Mapping[str, Any] | None = None, training: bool = False,
+        seed: int = 0) -> Any:
+    """Run a model on NumPy arrays with the reference interpreter.
+
+    Free sizes are read from the input shapes. Returns one array, or a tuple for several outputs.
+    """
+    graph, arrays, ps = prepare(model, inputs, params)
+    outs = evaluate(graph, arrays, ps, training=training, seed=seed)
+    return outs[0] if len(outs) == 1 else tuple(outs)

@@ -1,0 +1,196 @@
+"""Sizes: a union-find over axes, product constraints from views, and the configuration.
+
+Every axis belongs to a size class; classes merge when composition identifies axes or a view
+renames one. ``config()`` lists the classes left free, under unique labels: an axis's name,
+and for later free classes whose axes share that name, ``name_2``, ``name_3``... in order of
+first appearance in the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+import attrs
+
+from ncd.axis import Axis
+from ncd.errors import SizeError
+
+__all__ = ["Config", "SizeSolver", "SizeVar"]
+
+
+class SizeSolver:
+    """Union-find of axis sizes with product constraints; collects every conflict."""
+
+    def __init__(self) -> None:
+        self._parent: dict[str, str] = {}
+        self._size: dict[str, int] = {}
+        self._origin: dict[str, str] = {}
+        self.axes: dict[str, Axis] = {}
+        self.products: list[tuple[str, tuple[str, ...], str]] = []
+        self.conflicts: list[str] = []
+
+    def add(self, axis: Axis, origin: str = "") -> None:
+        if axis.uid in self._parent:
+            return
+        self._parent[axis.uid] = axis.uid
+        self.axes[axis.uid] = axis
+        if axis.size is not None:
+            self._size[axis.uid] = axis.size
+            self._origin[axis.uid] = origin or f"declared on {axis.ref}"
+
+    def find(self, uid: str) -> str:
+        parent = self._parent
+        root = uid
+        while parent[root] != root:
+            root = parent[root]
+        while parent[uid] != root:
+            parent[uid], uid = root, parent[uid]
+        return root
+
+    def size(self, uid: str) -> int | None:
+        return self._size.get(self.find(uid))
+
+    def union(self, a: Axis, b: Axis, origin: str) -> None:
+        self.add(a)
+        self.add(b)
+        ra, rb = self.find(a.uid), self.find(b.uid)
+        if ra == rb:
+            return
+        sa, sb = self._size.get(ra), self._size.get(rb)
+        if sa is not None and sb is not None and sa != sb:
+            self.conflicts.append(
+                f"{a.ref} has size {sa} ({self._origin[ra]}) but {b.ref} has size {sb} "
+                f"({self._origin[rb]}); {origin} requires them equal"
+            )
+            return
+        self._parent[ra] = rb
+        if sb is None and sa is not None:
+            self._size[rb] = sa
+            self._origin[rb] = self._origin[ra]
+
+    def set(self, axis: Axis, size: int, origin: str) -> None:
+        self.add(axis)
+        root = self.find(axis.uid)
+        old = self._size.get(root)
+        if old is not None and old != size:
+            self.conflicts.append(
+                f"{axis.ref} is set to {size} ({origin}) but has size {old} ({self._origin[root]})"
+            )
+            return
+        self._size[root] = size
+        self._origin[root] = origin
+
+    def add_product(self, result: Axis, factors: Iterable[Axis], origin: str) -> None:
+        fs = tuple(factors)
+        for a in (result, *fs):
+            self.add(a)
+        if len(fs) == 1:
+            self.union(fs[0], result, origin)
+        else:
+            self.products.append((result.uid, tuple(f.uid for f in fs), origin))
+
+    def solve(self) -> None:
+        """Propagate products to a fixpoint, recording every violated one."""
+        changed = True
+        pending = list(self.products)
+        while changed:
+            changed = False
+            rest = []
+            for res, fs, origin in pending:
+                known = [self.size(f) for f in fs]
+                total = self.size(res)
+                unknown = [f for f, s in zip(fs, known, strict=True) if s is None]
+                prod = 1
+                for s in known:
+                    prod *= s or 1
+                if not unknown:
+                    if total is None:
+                        self.set(self.axes[res], prod, origin)
+                        changed = True
+                    elif total != prod:
+                        self.conflicts.append(
+                            f"{self.axes[res].ref} has size {total} but its parts "
+                            f"{' * '.join(self.axes[f].ref for f in fs)} make {prod} ({origin})"
+                        )
+                elif len(unknown) == 1 and total is not None:
+                    if total % prod:
+                        self.conflicts.append(
+                            f"{self.axes[res].ref} of size {total} cannot split into "
+                            f"{' * '.join(self.axes[f].ref for f in fs)} ({origin}): "
+                            f"{total} is not a multiple of {prod}"
+                        )
+                    else:
+                        self.set(self.axes[unknown[0]], total // prod, origin)
+                        changed = True
+                else:
+                    rest.append((res, fs, origin))
+            pending = rest
+
+    def check(self, what: str) -> None:
+        if self.conflicts:
+            lines = "\n".join(f"  - {c}" for c in self.conflicts)
+            raise SizeError(
+                f"{len(self.conflicts)} size conflict(s) in {what}:\n{lines}\n"
+                "Fix: give the listed axes consistent sizes (bind one label, not each axis)."
+            )
+
+
+@attrs.frozen
+class SizeVar:
+    """One configurable size: its label, the axes that share it, and its size if bound."""
+
+    label: str
+    axes: tuple[Axis, ...]
+    size: int | None = None
+
+    def __str__(self) -> str:
+        refs = ", ".join(a.ref for a in self.axes)
+        return f"{self.label} = {'?' if self.size is None else self.size}  [{refs}]"
+
+
+@attrs.frozen
+class Config(Mapping[str, SizeVar]):
+    """The free sizes a model exposes (a read-only mapping label -> SizeVar), plus bound ones."""
+
+    free: tuple[SizeVar, ...]
+    bound: tuple[SizeVar, ...] = ()
+
+    def __getitem__(self, key: str) -> SizeVar:
+        for v in self.free:
+            if v.label == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (v.label for v in self.free)
+
+    def __len__(self) -> int:
+        return len(self.free)
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.free)} free size(s):"] + [f"  {v}" for v in self.free]
+        if self.bound:
+            lines += [f"{len(self.bound)} bound size(s):"] + [f"  {v}" for v in self.bound]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def unique_labels(names: list[str]) -> list[str]:
+    """``name`` for the first of each name, then ``name_2``, ``name_3``... (never colliding)."""
+    taken: set[str] = set(names)
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        count = seen.get(n, 0) + 1
+        seen[n] = count
+        if count == 1:
+            out.append(n)
+            continue
+        k = count
+        while f"{n}_{k}" in taken:
+            k += 1
+        label = f"{n}_{k}"
+        taken.add(label)
+        out.append(label)
+    return out

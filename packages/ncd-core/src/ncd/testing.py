@@ -1,0 +1,193 @@
+"""The conformance suite every backend runs against the reference interpreter.
+
+``cases()`` lists canonical models (every op kind, lifts, compositions, awkward sizes 1, 7, 13)
+with seeded inputs and parameters; ``BackendConformance`` is a pytest base class a backend's
+tests subclass::
+
+    class TestMyBackend(ncd.testing.BackendConformance):
+        target = "mybackend"
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import attrs
+import numpy as np
+
+from ncd import nn, ops
+from ncd._term import Term, identity
+from ncd.axis import Axis
+from ncd.params import init
+from ncd.reference import run
+
+__all__ = ["BackendConformance", "Case", "cases", "case_by_name"]
+
+
+@attrs.frozen
+class Case:
+    """A bound model with seeded inputs; ``expected()`` is the reference output."""
+
+    name: str
+    build: Callable[[], Term]
+    shapes: tuple[tuple[int, ...], ...] = ()
+    int_inputs: tuple[int, ...] = ()  # input indices holding token ids in [0, 11)
+    positive: bool = False
+    tags: frozenset[str] = frozenset()
+
+    @functools.cached_property
+    def model(self) -> Term:
+        return self.build()
+
+    def inputs(self, dtype: Any = np.float32) -> list[np.ndarray]:
+        rng = np.random.default_rng(abs(hash(self.name)) % (2**32))
+        graph = self.model.graph
+        out = []
+        for k, v in enumerate(graph.inputs):
+            shape = graph.shape(v)
+            if k in self.int_inputs:
+                out.append(rng.integers(0, 11, shape).astype(np.int64))
+            elif self.positive:
+                out.append(rng.uniform(0.5, 2.0, shape).astype(dtype))
+            else:
+                out.append(rng.standard_normal(shape).astype(dtype))
+        return out
+
+    def params(self, dtype: Any = np.float32) -> dict[str, np.ndarray]:
+        return init(self.model, seed=1, dtype=dtype)
+
+    def expected(self, dtype: Any = np.float64) -> list[np.ndarray]:
+        out = run(self.model, *self.inputs(dtype), params=self.params(dtype))
+        return list(out) if isinstance(out, tuple) else [out]
+
+
+def _a(name: str, size: int) -> Axis:
+    return Axis(name, size=size)
+
+
+def _cases() -> list[Case]:
+    cs: list[Case] = []
+    for fn in ops.UNARY_FNS:
+        cs.append(Case(f"unary_{fn}", lambda fn=fn: ops.unary(fn).over(_a("r", 7), _a("c", 13)),
+                       positive=fn in ("log", "sqrt", "rsqrt", "recip"), tags=frozenset({"elementwise"})))
+    for fn in ops.BINARY_FNS:
+        def bin_model(fn: str = fn) -> Term:
+            r, c = _a("r", 7), _a("c", 13)
+            return identity((r, c), (c,)) >> ops.binary(fn)
+        cs.append(Case(f"binary_{fn}_broadcast", bin_model, positive=fn in ("pow", "div"),
+                       tags=frozenset({"elementwise"})))
+        cs.append(Case(f"scalar_{fn}", lambda fn=fn: ops.scalar(fn, 1.5).over(_a("r", 13)),
+                       positive=fn == "pow", tags=frozenset({"elementwise"})))
+    cs.append(Case("scalar_sub_reverse", lambda: ops.sub(2.0, reverse=True).over(_a("r", 7))))
+    cs.append(Case("scale_by_size", lambda: ops.scale(_a("d", 13)).over(_a("r", 7))))
+    cs.append(Case("einsum_matmul_7x13x1", lambda: ops.einsum("a b, b c -> a c", a=7, b=13, c=1)))
+    cs.append(Case("einsum_matmul_13x7x13", lambda: ops.einsum("a b, b c -> a c", a=13, b=7, c=13)))
+    cs.append(Case("einsum_batched_lifted", lambda: ops.einsum("q d, x d -> q x", q=7, x=13, d=5)
+                   .over(_a("h", 3))))
+    cs.append(Case("einsum_outer", lambda: ops.einsum("a, b -> a b", a=7, b=13)))
+    cs.append(Case("einsum_transpose", lambda: ops.einsum("a b -> b a", a=7, b=13)))
+    cs.append(Case("einsum_two_contracted", lambda: ops.einsum("a b c, b c -> a", a=7, b=3, c=13)))
+    cs.append(Case("linear_bias_lifted", lambda: ops.linear("d -> e", d=13, e=7).over(_a("s", 7))))
+    cs.append(Case("linear_nobias_multi", lambda: ops.linear("d -> h e", d=7, h=3, e=5, bias=False)
+                   .over(_a("s", 13))))
+    for fn in ops.REDUCE_FNS:
+        cs.append(Case(f"reduce_{fn}", lambda fn=fn: ops.reduce(fn, _a("c", 13)).over(_a("r", 7))))
+    cs.append(Case("reduce_two_axes", lambda: ops.sum([_a("a", 7), _a("b", 13)]).over(_a("r", 1))))
+    cs.append(Case("softmax_13", lambda: ops.softmax(_a("x", 13)).over(_a("r", 7))))
+    cs.append(Case("softmax_1", lambda: ops.softmax(_a("x", 1)).over(_a("r", 7))))
+    cs.append(Case("l2norm", lambda: ops.l2norm(_a("x", 13)).over(_a("r", 7))))
+    cs.append(Case("layernorm", lambda: ops.layernorm(_a("d", 13)).over(_a("s", 7))))
+    cs.append(Case("layernorm_plain", lambda: ops.layernorm(_a("d", 7), affine=False).over(_a("s", 13))))
+    cs.append(Case("rmsnorm", lambda: ops.rmsnorm(_a("d", 13)).over(_a("s", 7))))
+    cs.append(Case("causal_softmax", lambda: (ops.causal_mask(_a("q", 7), _a("x", 13)) >> ops.softmax("x"))))
+    cs.append(Case("embedding", lambda: ops.embedding("vocab -> d", vocab=11, d=7).over(_a("s", 13)),
+                   int_inputs=(0,)))
+    cs.append(Case("dropout_inference", lambda: ops.dropout(0.5).over(_a("r", 7))))
+    cs.append(Case("view_split", lambda: ops.rearrange("s (h e) -> s h e", s=7, h=3, e=5)))
+    cs.append(Case("view_merge_permute", lambda: ops.rearrange("a b c -> (c a) b", a=3, b=7, c=5)))
+    cs.append(Case("view_rename", lambda: ops.rename(_a("s", 13), "t").over(_a("r", 7))))
+    cs.append(Case("constant_add", lambda: identity([_a("r", 7)]) @ ops.constant(0.5, [_a("c", 13)])
+                   >> ops.add()))
+    cs.append(Case("learned_add", lambda: _learned_add()))
+    cs.append(Case("attention_one_line", lambda: (ops.einsum("q d, x d -> q x") >> ops.softmax("x")
+                   >> ops.einsum("q x, x v -> q v")).bind(q=7, x=13, d=5, v=3), tags=frozenset({"model"})))
+    cs.append(Case("attention_q1", lambda: nn.attention().bind(q=1, x=13, d=7, v=7), tags=frozenset({"model"})))
+    cs.append(Case("attention_causal_lifted", lambda: nn.attention(causal=True).over("h")
+                   .bind(h=2, q=13, x=13, d=7, v=5), tags=frozenset({"model"})))
+    cs.append(Case("spherical_attention", lambda: nn.spherical_attention().bind(q=7, x=13, d=5, v=3),
+                   tags=frozenset({"model"})))
+    cs.append(Case("mlp", lambda: nn.mlp().over("s").bind(s=7, d_model=13, d_ff=29), tags=frozenset({"model"})))
+    cs.append(Case("mha", lambda: nn.multihead_attention().bind(seq=13, d_model=12, heads=3, d_head=4),
+                   tags=frozenset({"model"})))
+    cs.append(Case("transformer_block", lambda: nn.transformer_block().bind(
+        seq=7, d_model=12, heads=2, d_head=5, d_ff=13), tags=frozenset({"model"})))
+    cs.append(Case("gpt_2_layers", lambda: nn.gpt(layers=2).bind(
+        seq=13, d_model=16, heads=2, d_head=8, d_ff=24, vocab=11), int_inputs=(0,), tags=frozenset({"model"})))
+    return cs
+
+
+def _learned_add() -> Term:
+    r, c = _a("r", 7), _a("c", 13)
+    return identity([r, c]) @ ops.learned([c], name="bias") >> ops.add()
+
+
+@functools.cache
+def cases() -> tuple[Case, ...]:
+    """The canonical cases (built lazily, cached)."""
+    return tuple(_cases())
+
+
+def case_by_name(name: str) -> Case:
+    for c in cases():
+        if c.name == name:
+            return c
+    raise KeyError(name)
+
+
+def _case_names() -> list[str]:
+    return [c.name for c in cases()]
+
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - ncd.testing needs pytest only for the base class
+    pytest = None  # type: ignore[assignment]
+
+
+class BackendConformance:
+    """Subclass (as ``Test...``) and set ``target``; every case must match the reference.
+
+    ``expected_failures`` maps case names to the documented reason a backend does not support
+    them (they are marked xfail, strictly: passing one is reported).
+    """
+
+    target: ClassVar[str] = ""
+    rtol: ClassVar[float] = 1e-4
+    atol: ClassVar[float] = 1e-5
+    dtype: ClassVar[Any] = np.float32
+    expected_failures: ClassVar[dict[str, str]] = {}
+    compile_options: ClassVar[dict[str, Any]] = {}
+
+    def compile(self, model: Term) -> Any:
+        from ncd.api import compile
+
+        return compile(model, self.target, **self.compile_options)
+
+    if pytest is not None:
+
+        @pytest.mark.parametrize("name", _case_names())
+        def test_matches_reference(self, name: str) -> None:
+            case = case_by_name(name)
+            if name in self.expected_failures:
+                pytest.xfail(self.expected_failures[name])
+            exe = self.compile(case.model)
+            got = exe(*case.inputs(self.dtype), params=case.params(self.dtype))
+            got = list(got) if isinstance(got, tuple | list) else [got]
+            want = case.expected(np.float64)
+            assert len(got) == len(want)
+            for g, w in zip(got, want, strict=True):
+                g = np.asarray(g)
+                assert g.shape == w.shape, f"{name}: shape {g.shape} != {w.shape}"
+                np.testing.assert_allclose(g, w, rtol=self.rtol, atol=self.atol, err_msg=name)

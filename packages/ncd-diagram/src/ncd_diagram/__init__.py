@@ -1,0 +1,3 @@
+"""ncd-diagram: neural circuit diagrams (SVG, DOT, JSON) drawn from ncd models."""
+
+__all__: list[str] = []

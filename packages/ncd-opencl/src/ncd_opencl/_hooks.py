@@ -1,0 +1,3 @@
+"""Entry point of the ncd-opencl plugin: registrations only, no heavy imports."""
+
+from __future__ import annotations

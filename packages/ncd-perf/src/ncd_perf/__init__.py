@@ -1,0 +1,3 @@
+"""ncd-perf: multi-level performance models derived from ncd models."""
+
+__all__: list[str] = []
