@@ -277,7 +277,9 @@ class Builder:
             for a in n.op.axes():
                 order.setdefault(self.resolve(a).uid)
         final = {uid: self._axis[uid].with_size(self.sizes.size(uid)) for uid in order}
-        fn = lambda a: final[self.resolve(a).uid]  # noqa: E731
+        def fn(a: Axis) -> Axis:
+            return final[self.resolve(a).uid]
+
         # Canonical numbering: inputs first, then node outputs in node order.
         number = {v: i for i, v in enumerate(inputs)}
         for n in self.nodes:

@@ -55,10 +55,12 @@ class Tensor:
 
         if isinstance(other, Tensor):
             a, b = (other, self) if reverse else (self, other)
-            return ops.binary(fn)(a, b)  # type: ignore[no-any-return]
+            out: Tensor = ops.binary(fn)(a, b)
+            return out
         if isinstance(other, int | float) and not isinstance(other, bool):
-            return ops.scalar(fn, other, reverse=reverse)(self)  # type: ignore[no-any-return]
-        return NotImplemented
+            out = ops.scalar(fn, other, reverse=reverse)(self)
+            return out
+        raise TraceError(f"cannot {fn} a symbolic tensor and {type(other).__name__} {other!r}")
 
     def __add__(self, o: Any) -> Tensor: return self._binary("add", o)
     def __radd__(self, o: Any) -> Tensor: return self._binary("add", o, True)
@@ -73,7 +75,8 @@ class Tensor:
     def __neg__(self) -> Tensor:
         from ncd import ops
 
-        return ops.neg()(self)  # type: ignore[no-any-return]
+        out: Tensor = ops.unary("neg")(self)
+        return out
 
     def __bool__(self) -> bool:
         raise TraceError("a symbolic tensor has no truth value (data-dependent control flow)")
@@ -125,7 +128,20 @@ def trace(
     ``name``/``label`` make the result a named definition like ``Term.named``.
     """
     if fn is None:
-        return lambda f: trace(f, inputs=inputs, name=name, label=label)
+
+        def decorate(f: Callable[..., Any]) -> Term:
+            return _trace(f, inputs, name, label)
+
+        return decorate
+    return _trace(fn, inputs, name, label)
+
+
+def _trace(
+    fn: Callable[..., Any],
+    inputs: Sequence[ArrayType | Sequence[Axis]] | None,
+    name: str | None,
+    label: str | None,
+) -> Term:
     from ncd._term import GraphTerm, call_site
 
     site = call_site()

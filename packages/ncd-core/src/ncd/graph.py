@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from ncd.axis import ArrayType, Axis
-from ncd.errors import GraphError, SizeError
+from ncd.errors import SizeError
 from ncd.op import Op, Param
 from ncd.sizes import Config, SizeSolver, SizeVar, unique_labels
 
@@ -149,7 +149,8 @@ class Graph:
 
     def bind(self, sizes: Mapping[str | Axis, int] | None = None, /, **kw: int) -> Graph:
         """A copy with sizes bound by config label or by Axis; all conflicts reported together."""
-        wanted: dict[str | Axis, int] = {**(sizes or {}), **kw}
+        wanted: dict[str | Axis, int] = dict(sizes or {})
+        wanted.update(kw)
         config = self.config()
         labels = {v.label: v for v in (*config.free, *config.bound)}
         solver = self._solver()
@@ -201,7 +202,9 @@ class Graph:
 
 
 def _substitute(graph: Graph, new: dict[str, Axis]) -> Graph:
-    fn = lambda a: new[a.uid]  # noqa: E731
+    def fn(a: Axis) -> Axis:
+        return new[a.uid]
+
     values = tuple(ArrayType(tuple(fn(a) for a in t.axes), t.dtype) for t in graph.values)
     nodes = tuple(
         attrs.evolve(n, op=n.op.substitute(fn), loop=tuple(fn(a) for a in n.loop)) for n in graph.nodes

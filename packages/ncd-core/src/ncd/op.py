@@ -143,8 +143,7 @@ class Op:
     def core_text(self) -> str:
         """The core signature written with axis names, e.g. ``q d, x d -> q x``."""
         ins, outs = self.signature()
-        side = lambda groups: ", ".join(" ".join(a.name for a in g) for g in groups)  # noqa: E731
-        return f"{side(ins)} -> {side(outs)}"
+        return f"{_side(ins)} -> {_side(outs)}"
 
     # -- structure ------------------------------------------------------------------------------
     def axes(self) -> tuple[Axis, ...]:
@@ -183,7 +182,11 @@ class Op:
         return attrs.evolve(self, **changes) if changes else self
 
 
+def _side(groups: tuple[tuple[Axis, ...], ...]) -> str:
+    return ", ".join(" ".join(a.name for a in g) for g in groups)
+
+
 def _sizes_differ(new: Any, old: Any) -> bool:
     if isinstance(new, Axis):
-        return new.size != old.size or new.name != old.name
+        return bool(new.size != old.size or new.name != old.name)
     return any(_sizes_differ(n, o) for n, o in zip(new, old, strict=True))

@@ -17,8 +17,8 @@ import numpy as np
 from ncd.axis import Axis
 from ncd.errors import ParameterError, SizeError
 from ncd.graph import Graph, Node
-from ncd.ops import _library as L
 from ncd.op import Op
+from ncd.ops import _library as L
 
 __all__ = ["REFERENCE_RULES", "Context", "evaluate", "reference_rule", "run"]
 
@@ -283,12 +283,17 @@ def prepare(model: Any, inputs: Sequence[Any], params: Mapping[str, Any] | None)
             )
         for a, n in zip(t.axes, x.shape, strict=True):
             if graph.size(a) is None:
+                if sizes.get(a, n) != n:
+                    raise SizeError(
+                        f"input {k}: axis {a.describe()} has size {n} here but {sizes[a]} in an "
+                        "earlier input"
+                    )
                 sizes[a] = int(n)
             elif graph.size(a) != n:
                 raise SizeError(f"input {k}: axis {a.describe()} has size {graph.size(a)}, got {n}")
     if sizes:
         graph = graph.bind(sizes)
-    for v, x in zip(graph.inputs, arrays, strict=True):
+    for v in graph.inputs:
         graph.shape(v)  # every input size is now known
     free = graph.config().free
     if free:

@@ -70,7 +70,7 @@ def _a(name: str, size: int) -> Axis:
 def _cases() -> list[Case]:
     cs: list[Case] = []
     for fn in ops.UNARY_FNS:
-        cs.append(Case(f"unary_{fn}", lambda fn=fn: ops.unary(fn).over(_a("r", 7), _a("c", 13)),
+        cs.append(Case(f"unary_{fn}", functools.partial(_unary_case, fn),
                        positive=fn in ("log", "sqrt", "rsqrt", "recip"), tags=frozenset({"elementwise"})))
     for fn in ops.BINARY_FNS:
         def bin_model(fn: str = fn) -> Term:
@@ -78,7 +78,7 @@ def _cases() -> list[Case]:
             return identity((r, c), (c,)) >> ops.binary(fn)
         cs.append(Case(f"binary_{fn}_broadcast", bin_model, positive=fn in ("pow", "div"),
                        tags=frozenset({"elementwise"})))
-        cs.append(Case(f"scalar_{fn}", lambda fn=fn: ops.scalar(fn, 1.5).over(_a("r", 13)),
+        cs.append(Case(f"scalar_{fn}", functools.partial(_scalar_case, fn),
                        positive=fn == "pow", tags=frozenset({"elementwise"})))
     cs.append(Case("scalar_sub_reverse", lambda: ops.sub(2.0, reverse=True).over(_a("r", 7))))
     cs.append(Case("scale_by_size", lambda: ops.scale(_a("d", 13)).over(_a("r", 7))))
@@ -93,7 +93,7 @@ def _cases() -> list[Case]:
     cs.append(Case("linear_nobias_multi", lambda: ops.linear("d -> h e", d=7, h=3, e=5, bias=False)
                    .over(_a("s", 13))))
     for fn in ops.REDUCE_FNS:
-        cs.append(Case(f"reduce_{fn}", lambda fn=fn: ops.reduce(fn, _a("c", 13)).over(_a("r", 7))))
+        cs.append(Case(f"reduce_{fn}", functools.partial(_reduce_case, fn)))
     cs.append(Case("reduce_two_axes", lambda: ops.sum([_a("a", 7), _a("b", 13)]).over(_a("r", 1))))
     cs.append(Case("softmax_13", lambda: ops.softmax(_a("x", 13)).over(_a("r", 7))))
     cs.append(Case("softmax_1", lambda: ops.softmax(_a("x", 1)).over(_a("r", 7))))
@@ -126,6 +126,18 @@ def _cases() -> list[Case]:
     cs.append(Case("gpt_2_layers", lambda: nn.gpt(layers=2).bind(
         seq=13, d_model=16, heads=2, d_head=8, d_ff=24, vocab=11), int_inputs=(0,), tags=frozenset({"model"})))
     return cs
+
+
+def _unary_case(fn: str) -> Term:
+    return ops.unary(fn).over(_a("r", 7), _a("c", 13))
+
+
+def _scalar_case(fn: str) -> Term:
+    return ops.scalar(fn, 1.5).over(_a("r", 13))
+
+
+def _reduce_case(fn: str) -> Term:
+    return ops.reduce(fn, _a("c", 13)).over(_a("r", 7))
 
 
 def _learned_add() -> Term:

@@ -136,7 +136,7 @@ def div(const: float | None = None, *, reverse: bool = False, name: str = "") ->
     return _bin("div", const, reverse, name)
 
 
-def pow(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:  # noqa: A001
+def pow(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:
     return _bin("pow", const, reverse, name)
 
 
@@ -162,7 +162,7 @@ exp = _unary_ctor("exp")
 log = _unary_ctor("log")
 sqrt = _unary_ctor("sqrt")
 rsqrt = _unary_ctor("rsqrt")
-abs = _unary_ctor("abs")  # noqa: A001
+abs = _unary_ctor("abs")
 neg = _unary_ctor("neg")
 relu = _unary_ctor("relu")
 silu = _unary_ctor("silu")
@@ -184,16 +184,16 @@ def reduce(fn: str, over: AxisLike | Sequence[AxisLike], *, name: str = "") -> T
     return prim(Reduce(fn, _Names({}).axes(over), name=name))
 
 
-def sum(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:  # noqa: A001
+def sum(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:
     """Sum over the given axes."""
     return reduce("sum", over, name=name)
 
 
-def max(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:  # noqa: A001
+def max(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:
     return reduce("max", over, name=name)
 
 
-def min(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:  # noqa: A001
+def min(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:
     return reduce("min", over, name=name)
 
 
@@ -315,7 +315,8 @@ def rearrange(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:
 
     in_axes = whole(ins, "in")
     out_axes = whole(outs, "out")
-    return prim(View(in_axes, out_axes, [p for _, p in ins], [p for _, p in outs], derived, name=name))
+    return prim(View(tuple(in_axes), tuple(out_axes), tuple(p for _, p in ins),
+                     tuple(p for _, p in outs), tuple(derived), name=name))
 
 
 def rename(src: AxisLike, dst: AxisLike, *, name: str = "") -> Term:

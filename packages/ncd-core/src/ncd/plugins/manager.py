@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -83,7 +84,7 @@ class Registry:
             try:
                 module = ep.load()
                 self._register(module, ep.name, dist, version, "loaded")
-            except Exception as e:  # noqa: BLE001 - a broken plugin must not break ncd
+            except Exception as e:
                 self.plugins.append(PluginInfo(ep.name, dist, version, f"failed: {type(e).__name__}: {e}"))
                 warnings.warn(f"ncd plugin {ep.name!r} ({dist}) failed to load: {type(e).__name__}: {e}",
                               RuntimeWarning, stacklevel=3)
@@ -108,38 +109,27 @@ class Registry:
         self.plugins.append(PluginInfo(name, dist, version, status, hooks))
 
     def _collect(self, plugin: str, collected: dict[str, list[Any]]) -> None:
-        from ncd.op import register_op
-        from ncd.reference import REFERENCE_RULES
-
-        tables: dict[str, tuple[type, dict[str, Any] | None]] = {
-            "ncd_register_backends": (Backend, self.backends),
-            "ncd_register_exporters": (Exporter, self.exporters),
-            "ncd_register_renderers": (Renderer, self.renderers),
-            "ncd_register_cost_models": (CostModel, self.cost_models),
-            "ncd_register_commands": (Command, self.commands),
+        adders: dict[str, tuple[type, Callable[[Any], object]]] = {
+            "ncd_register_backends": (Backend, lambda x: self._add(self.backends, x)),
+            "ncd_register_exporters": (Exporter, lambda x: self._add(self.exporters, x)),
+            "ncd_register_renderers": (Renderer, lambda x: self._add(self.renderers, x)),
+            "ncd_register_cost_models": (CostModel, lambda x: self._add(self.cost_models, x)),
+            "ncd_register_commands": (Command, lambda x: self._add(self.commands, x)),
+            "ncd_demo_steps": (DemoStep, self.demo_steps.append),
+            "ncd_register_ops": (OpDefinition, _add_op),
+            "ncd_register_lowerings": (Lowering, lambda x: self.lowerings.setdefault((x.target, x.kind), x)),
         }
         for hook, items in collected.items():
+            cls, add = adders[hook]
             for item in items:
-                if hook in tables:
-                    cls, table = tables[hook]
-                    if not isinstance(item, cls):
-                        raise PluginError(f"plugin {plugin!r}: {hook} returned {item!r}, not a {cls.__name__}")
-                    assert table is not None
-                    table.setdefault(item.name, item)
-                elif hook == "ncd_demo_steps":
-                    if not isinstance(item, DemoStep):
-                        raise PluginError(f"plugin {plugin!r}: {hook} returned {item!r}, not a DemoStep")
-                    self.demo_steps.append(item)
-                elif hook == "ncd_register_ops":
-                    if not isinstance(item, OpDefinition):
-                        raise PluginError(f"plugin {plugin!r}: {hook} returned {item!r}, not an OpDefinition")
-                    register_op(item.op)
-                    REFERENCE_RULES[item.op] = item.reference
-                elif hook == "ncd_register_lowerings":
-                    if not isinstance(item, Lowering):
-                        raise PluginError(f"plugin {plugin!r}: {hook} returned {item!r}, not a Lowering")
-                    self.lowerings[(item.target, item.kind)] = item
+                if not isinstance(item, cls):
+                    raise PluginError(f"plugin {plugin!r}: {hook} returned {item!r}, not a {cls.__name__}")
+                add(item)
         self.demo_steps.sort(key=lambda s: s.order)
+
+    @staticmethod
+    def _add(table: dict[str, Any], item: Any) -> None:
+        table.setdefault(item.name, item)
 
     # -- lookup ------------------------------------------------------------------------------------
     def _missing(self, what: str, name: str, table: dict[str, Any]) -> TargetNotFoundError:
@@ -180,6 +170,14 @@ class Registry:
     def lowerings_for(self, target: str) -> dict[str, Lowering]:
         """Op kind -> lowering registered for ``target`` by any plugin."""
         return {k: lw for (t, k), lw in self.lowerings.items() if t == target}
+
+
+def _add_op(definition: OpDefinition) -> None:
+    from ncd.op import register_op
+    from ncd.reference import REFERENCE_RULES
+
+    register_op(definition.op)
+    REFERENCE_RULES[definition.op] = definition.reference  # type: ignore[assignment]
 
 
 def _version(dist: str) -> str:
