@@ -28,8 +28,8 @@ def explain(graph: Graph) -> str:
             kind = f" ({s.name})" if s.label and s.label != s.name else ""
             lines.append("  " * (depth + 1) + f"{title}{kind}")
         open_path = path
-        ins = ", ".join(" ".join(show(a) for a in g) for g in node.core_in)
-        outs = ", ".join(" ".join(show(a) for a in g) for g in node.core_out)
+        ins = ", ".join(" ".join(show(a) for a in g) or "()" for g in node.core_in)
+        outs = ", ".join(" ".join(show(a) for a in g) or "()" for g in node.core_out)
         loop = " ".join(show(a) for a in node.loop)
         learned = " *learned*" if node.op.params() else ""
         lines.append("  " * (len(path) + 1) + f"{node.op.label}: [{ins} -> {outs}] over ({loop}){learned}")

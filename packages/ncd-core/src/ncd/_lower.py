@@ -226,9 +226,12 @@ class Builder:
         rest_a = [a for a in actual if a not in used]
         if len(rest_t) > len(rest_a):
             missing = ", ".join(t_axes[i].describe() for i in rest_t)
+            offered = ", ".join(a.describe() for a in rest_a) or "none"
             raise self._error(
-                op, site, k, v, f"nothing left to bind template axes {missing} to",
-                "compose with a value that carries these axes or name them explicitly",
+                op, site, k, v,
+                f"template axes {missing} are unmatched and the input offers only {offered}",
+                "compose with a value that carries these axes, or pass the op the Axis objects "
+                "it should use",
             )
         for i, a in zip(reversed(rest_t), reversed(rest_a), strict=False):
             pairs[i] = a
