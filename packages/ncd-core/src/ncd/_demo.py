@@ -41,7 +41,7 @@ def demo(out: str, layers: int = 2) -> int:
         print(f"\n-- {step.name}")
         try:
             step.run(ctx)
-        except Exception:  # noqa: BLE001 - report each step, then fail at the end
+        except Exception:  # report every step, then fail at the end
             traceback.print_exc()
             failed.append(step.name)
     if failed:

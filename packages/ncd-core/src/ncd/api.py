@@ -10,7 +10,7 @@ from ncd.plugins.interfaces import Executable
 __all__ = ["compile", "export"]
 
 
-def compile(model: Any, target: str = "reference", **options: Any) -> Executable:  # noqa: A001
+def compile(model: Any, target: str = "reference", **options: Any) -> Executable:
     """An executable of ``model`` for ``target`` (``"reference"`` is built in)."""
     return registry().backend(target).compile(model, **options)
 
