@@ -1,0 +1,82 @@
+"""A kernel schedule (``ncd.kernel.FusionPlan``) as drawing annotations.
+
+Ops of one kernel get a dashed outline; values a kernel keeps on chip are underlaid with the
+colour of memory level 1, values that cross kernels (or the model boundary) with level 0;
+every partition of a kernel is a hexagon on its axis at each op of the kernel that loops
+over it, labelled ``g``/``s`` (group/stream) and its level.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ncd.axis import Axis
+from ncd.graph import Graph
+from ncd.kernel import FusionPlan, Kernel, Partition
+from ncd_diagram.errors import DiagramError
+
+__all__ = ["PlanView", "partition_label"]
+
+
+def partition_label(p: Partition) -> str:
+    """``g0`` / ``s1``: kind initial and memory level."""
+    return f"{p.kind[0]}{p.level}"
+
+
+class PlanView:
+    """Lookups the renderers need from a fusion plan over ``graph``."""
+
+    def __init__(self, graph: Graph, plan: FusionPlan) -> None:
+        if not isinstance(plan, FusionPlan):
+            raise DiagramError(f"plan= must be an ncd.kernel.FusionPlan, got {type(plan).__name__}")
+        if plan.graph is not graph and plan.graph != graph:
+            raise DiagramError(
+                "plan= was made for a different graph than the one drawn; build it from the same "
+                "model (e.g. ncd.fuse(model) or ncd.kernel.unfused(model)) and pass that model"
+            )
+        self.plan = plan
+        self.node_kernel: dict[int, int] = {}
+        for k, kern in enumerate(plan.kernels):
+            for i in kern.nodes:
+                if i in self.node_kernel:
+                    raise DiagramError(f"plan puts node {i} in kernels {self.node_kernel[i]} and {k}")
+                self.node_kernel[i] = k
+        io: set[int] = {*graph.inputs, *graph.outputs}
+        for kern in plan.kernels:
+            io.update(kern.inputs)
+            io.update(kern.outputs)
+        self.io = io
+
+    def kernel_of(self, node: int) -> tuple[int, str] | None:
+        k = self.node_kernel.get(node)
+        return None if k is None else (k, self.plan.kernels[k].name or f"k{k}")
+
+    def kernel(self, node: int) -> Kernel | None:
+        k = self.node_kernel.get(node)
+        return None if k is None else self.plan.kernels[k]
+
+    def memory_level(self, value: int) -> int:
+        """0 for values kept in memory between kernels, 1 for values a kernel keeps on chip."""
+        return 0 if value in self.io else 1
+
+    def partitions_of(self, node: int) -> list[tuple[Axis, str]]:
+        kern = self.kernel(node)
+        if kern is None:
+            return []
+        n = kern.graph.nodes[node]
+        here = {a for v in (*n.inputs, *n.outputs) for a in kern.graph.values[v].axes}
+        return [(p.axis, partition_label(p)) for p in kern.partitions if p.axis in here]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kernels": [
+                {"name": k.name, "nodes": list(k.nodes), "inputs": list(k.inputs),
+                 "outputs": list(k.outputs),
+                 "partitions": [{"axis": p.axis.uid, "kind": p.kind, "tile": p.tile,
+                                 "level": p.level, "tail": p.tail} for p in k.partitions]}
+                for k in self.plan.kernels
+            ],
+            "boundaries": [{"value": b.value, "producer": b.producer,
+                            "consumers": list(b.consumers), "reason": b.reason}
+                           for b in self.plan.boundaries],
+        }
