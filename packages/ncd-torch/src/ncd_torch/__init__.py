@@ -1,3 +1,34 @@
-"""ncd-torch: ncd models to PyTorch modules and back."""
+"""ncd-torch: ncd models to PyTorch modules and back.
 
-__all__: list[str] = []
+``to_module(model)`` exports a model as a ``torch.fx.GraphModule``; ``from_torch(module,
+example_inputs)`` imports a PyTorch module as an ncd model. The plugin also registers the
+``torch`` backend and exporter and an ``ncd demo`` step. Attributes load lazily, so the plugin
+host can import ``ncd_torch._hooks`` without importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["TORCH_RULES", "TorchImportError", "from_torch", "state_dict", "to_module",
+           "torch_rule"]
+
+_WHERE = {
+    "to_module": "ncd_torch._export",
+    "TORCH_RULES": "ncd_torch._rules",
+    "torch_rule": "ncd_torch._rules",
+    "state_dict": "ncd_torch._backend",
+    "from_torch": "ncd_torch._import",
+    "TorchImportError": "ncd_torch._import_rules",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'ncd_torch' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,261 @@
+"""Export: an ncd model becomes a ``torch.fx.GraphModule``.
+
+The graph's nodes are walked in order; each op is written by its rule (``_rules.py``) after
+its inputs are arranged as (loop..., core...), so lifted axes become leading batch dims and
+broadcasting, never Python loops. Each planned definition (``_plan.py``) becomes a nested
+GraphModule called from its parent, so the module tree follows the block hierarchy and every
+parameter is an ``nn.Parameter`` named exactly as ``ncd.init`` names it.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx, nn
+
+from ncd.axis import Axis
+from ncd.errors import CompileError, SizeError
+from ncd.graph import Graph, Node
+from ncd.params import init
+from ncd_torch._plan import plan_modules, scope_chain
+from ncd_torch._rules import TORCH_RULES
+
+__all__ = ["Emitter", "graph_of", "to_module"]
+
+
+def graph_of(model: Any) -> Graph:
+    return model if isinstance(model, Graph) else model.graph
+
+
+def _class_name(kind: str) -> str:
+    return "".join(p[:1].upper() + p[1:] for p in re.split(r"[^A-Za-z0-9]+", kind) if p) or "Model"
+
+
+def _get(root: nn.Module, path: str) -> nn.Module:
+    """The container at ``path``, created (empty) where missing."""
+    mod = root
+    for part in path.split(".") if path else ():
+        if not hasattr(mod, part):
+            mod.add_module(part, Parameters())
+        mod = getattr(mod, part)
+    return mod
+
+
+def _put(root: nn.Module, path: str, value: nn.Module | nn.Parameter) -> None:
+    parent, _, leaf = path.rpartition(".")
+    mod = _get(root, parent)
+    if isinstance(value, nn.Parameter):
+        mod.register_parameter(leaf, value)
+    else:
+        setattr(mod, leaf, value)
+
+
+class Parameters(nn.Module):
+    """Holds the learned arrays of one op (``q.weight``, ``q.bias``) under the op's name."""
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{n}: {tuple(p.shape)}" for n, p in self.named_parameters(recurse=False))
+
+
+class Emitter:
+    """Writes the fx graph of one (sub)module: values, sizes, and the calls rules ask for."""
+
+    def __init__(self, graph: Graph, holder: nn.Module, path: str) -> None:
+        self.ncd = graph
+        self.fx = fx.Graph()
+        self.holder = holder
+        self.path = path
+        self.env: dict[int, fx.Node] = {}
+        self.carriers: dict[str, tuple[fx.Node, int]] = {}
+        self.lead = 0
+
+    # -- values ----------------------------------------------------------------------------------
+    def bind(self, value: int, node: fx.Node) -> None:
+        self.env[value] = node
+        for i, a in enumerate(self.ncd.values[value].axes):
+            if self.ncd.size(a) is None:
+                self.carriers.setdefault(a.uid, (node, i))
+
+    def call(self, fn: Any, *args: Any, **kwargs: Any) -> fx.Node:
+        return self.fx.call_function(fn, args, kwargs)
+
+    def method(self, x: fx.Node, name: str, *args: Any) -> fx.Node:
+        return self.fx.call_method(name, (x, *args))
+
+    # -- sizes: ints when bound, read from a tensor at run time when free --------------------------
+    def size(self, axis: Axis, *, allow_free: bool = False) -> Any:
+        n = self.ncd.size(axis)
+        if n is not None:
+            return n
+        if axis.uid in self.carriers:
+            node, dim = self.carriers[axis.uid]
+            return self.method(node, "size", dim)
+        if allow_free:
+            return None
+        raise SizeError(
+            f"{axis.describe()} is free and no input of {self.path or 'the model'} carries it. "
+            "Fix: bind it (model.bind(...)) before exporting."
+        )
+
+    def sizes(self, axes: Sequence[Axis], x: fx.Node | None) -> Any:
+        if all(self.ncd.size(a) is not None for a in axes):
+            return tuple(self.ncd.size(a) for a in axes)
+        if x is not None:
+            shape = self.call(getattr, x, "shape")
+            return self.call(operator.getitem, shape, slice(-len(axes), None))
+        return tuple(self.size(a) for a in axes)
+
+    # -- state a rule may add: submodules (dropout, constants) ------------------------------
+    def _fresh(self, prefix: str) -> str:
+        name, k = prefix, 1
+        while hasattr(self.holder, name):
+            name, k = f"{prefix}_{k}", k + 1
+        return name
+
+    def submodule(self, prefix: str, module: nn.Module, *args: Any) -> fx.Node:
+        name = self._fresh(prefix)
+        self.holder.add_module(name, module)
+        return self.fx.call_module(name, args)
+
+    # -- one op ----------------------------------------------------------------------------------
+    def arrange(self, value: int, loop: Sequence[Axis], core: Sequence[Axis]) -> fx.Node:
+        """The value as (loop..., core...), with size-1 dims for loop axes it lacks."""
+        x = self.env[value]
+        axes = self.ncd.values[value].axes
+        present = [a for a in loop if a in axes]
+        perm = [axes.index(a) for a in (*present, *core)]
+        if perm != list(range(len(perm))):
+            x = self.method(x, "permute", *perm)
+        for j, a in enumerate(loop):
+            if a not in axes:
+                x = self.method(x, "unsqueeze", j)
+        return x
+
+    def emit(self, node: Node, rules: Mapping[type, Any]) -> None:
+        rule = rules.get(type(node.op))
+        if rule is None:
+            raise CompileError(
+                f"ncd-torch has no rule for op kind {node.op.kind!r} ({node.op.label}, built at "
+                f"{node.site or '?'}). Fix: register one with the ncd_register_lowerings hook "
+                "(Lowering(target='torch', kind=..., rule=...))."
+            )
+        xs = [self.arrange(v, node.loop, core) for v, core in zip(node.inputs, node.core_in, strict=True)]
+        ps = {p.name: self.fx.get_attr(self._relative(full)) for full, p in node.params()}
+        self.lead = len(node.loop)
+        outs = rule(node.op, xs, ps, self)
+        for v, y in zip(node.outputs, outs, strict=True):
+            self.bind(v, y)
+
+    def _relative(self, name: str) -> str:
+        return name[len(self.path) + 1:] if self.path else name
+
+
+class _Builder:
+    """Builds the module tree bottom-up: children first, each a GraphModule in its holder."""
+
+    def __init__(self, graph: Graph, root: nn.Module, rules: Mapping[type, Any]) -> None:
+        self.graph = graph
+        self.root = root
+        self.rules = rules
+        self.plan = plan_modules(graph)
+
+    def _child(self, scope: int, node: Node) -> int | None:
+        """The planned scope directly below ``scope`` that holds ``node`` (None: ``scope`` does)."""
+        found = None
+        for s in scope_chain(self.graph, node.scope):
+            if s == scope:
+                return found
+            if s in self.plan:
+                found = s
+        return found if scope == 0 else None
+
+    def build(self, scope: int, idx: list[int], ins: list[int], outs: list[int]) -> fx.GraphModule:
+        g, path = self.graph, self.plan[scope]
+        holder = _get(self.root, path)
+        em = Emitter(g, holder, path)
+        for k, v in enumerate(ins):
+            em.bind(v, em.fx.placeholder("x" if len(ins) == 1 else f"x{k}"))
+        pos = 0
+        while pos < len(idx):
+            child = self._child(scope, g.nodes[idx[pos]])
+            if child is None:
+                em.emit(g.nodes[idx[pos]], self.rules)
+                pos += 1
+                continue
+            end = pos
+            while end < len(idx) and self._child(scope, g.nodes[idx[end]]) == child:
+                end += 1
+            self._call_child(em, child, idx[pos:end])
+            pos = end
+        results = [em.env[v] for v in outs]
+        em.fx.output(results[0] if len(results) == 1 else tuple(results))
+        em.fx.lint()
+        return fx.GraphModule(holder, em.fx, class_name=_class_name(g.scopes[scope].name))
+
+    def _call_child(self, em: Emitter, child: int, run: list[int]) -> None:
+        g = self.graph
+        inside = set(run)
+        produced = {v for i in run for v in g.nodes[i].outputs}
+        ins: list[int] = []
+        for i in run:
+            for v in g.nodes[i].inputs:
+                if v not in produced and v not in ins:
+                    ins.append(v)
+        used_after = {v for i, n in enumerate(g.nodes) if i not in inside for v in n.inputs}
+        outs = [v for i in run for v in g.nodes[i].outputs if v in used_after or v in g.outputs]
+        if not outs:
+            return  # a definition whose results nothing reads
+        module = self.build(child, run, ins, outs)
+        rel = self.plan[child][len(em.path) + 1:] if em.path else self.plan[child]
+        _put(em.holder, rel, module)
+        call = em.fx.call_module(rel, tuple(em.env[v] for v in ins))
+        if len(outs) == 1:
+            em.bind(outs[0], call)
+        else:
+            for k, v in enumerate(outs):
+                em.bind(v, em.call(operator.getitem, call, k))
+
+
+def _lowering_rules() -> dict[type, Any]:
+    from ncd.op import OP_KINDS
+    from ncd.plugins import registry
+
+    rules: dict[type, Any] = dict(TORCH_RULES)
+    for kind, lowering in registry().lowerings_for("torch").items():
+        if kind in OP_KINDS:
+            rules[OP_KINDS[kind]] = lowering.rule
+    return rules
+
+
+def to_module(model: Any, *, params: Mapping[str, Any] | None = None,
+              dtype: torch.dtype = torch.float32, seed: int = 0) -> fx.GraphModule:
+    """A ``torch.nn.Module`` (a ``torch.fx.GraphModule``) computing ``model``.
+
+    Parameters are ``nn.Parameter``s named as ``ncd.init`` names them, filled from ``params``
+    (``{name: array}``) or from ``ncd.init(model, seed)``. Sizes that no parameter fixes may stay
+    free: they are read from the input shapes at run time. The module is returned in eval mode
+    (dropout off), ncd's default semantics; call ``.train()`` to switch dropout on.
+    """
+    graph = graph_of(model)
+    root = nn.Module()
+    values = dict(init(graph, seed=seed)) if params is None else dict(params)
+    wanted = graph.params()
+    if params is not None and set(values) != set(wanted):
+        from ncd.errors import ParameterError
+
+        missing, extra = sorted(set(wanted) - set(values)), sorted(set(values) - set(wanted))
+        raise ParameterError(f"params do not match the model: missing {missing[:8]}, unexpected "
+                             f"{extra[:8]}. Fix: pass ncd.init(model) or a state dict of it.")
+    for name in wanted:
+        array = values[name]
+        tensor = array.detach().clone() if isinstance(array, torch.Tensor) else \
+            torch.from_numpy(np.array(array))
+        _put(root, name, nn.Parameter(tensor.to(dtype)))
+    builder = _Builder(graph, root, _lowering_rules())
+    module = builder.build(0, list(range(len(graph.nodes))), list(graph.inputs), list(graph.outputs))
+    return module.eval()

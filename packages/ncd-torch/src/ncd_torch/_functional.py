@@ -1,0 +1,61 @@
+"""Small tensor functions the generated ``forward`` code calls by name.
+
+They keep the generated code one readable line per op and are plain PyTorch, so
+``torch.compile`` traces through them. Every function works on the trailing (core) dimensions
+and broadcasts over the leading (lifted) ones, the layout ``ncd.reference`` uses.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["Fill", "causal_mask", "l2norm", "linear_nd", "rmsnorm"]
+
+
+def linear_nd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, n_in: int,
+              n_out: int) -> torch.Tensor:
+    """A linear map over the last ``n_in`` dims to ``n_out`` dims; weight is (*out, *in)."""
+    out_shape = weight.shape[:n_out]
+    if n_in != 1:
+        x = x.flatten(-n_in)
+    w = weight.flatten(n_out) if n_in != 1 else weight
+    if n_out != 1:
+        w = w.flatten(0, n_out - 1)
+        bias = None if bias is None else bias.flatten()
+    y = F.linear(x, w, bias)
+    return y.unflatten(-1, out_shape) if n_out != 1 else y
+
+
+def causal_mask(x: torch.Tensor, fill: float) -> torch.Tensor:
+    """Scores ``[..., q, x]``: keep key ``j <= i + (|x| - |q|)``, set the rest to ``fill``."""
+    nq, nx = x.shape[-2], x.shape[-1]
+    keep = torch.ones(nq, nx, dtype=torch.bool, device=x.device).tril(nx - nq)
+    return x.masked_fill(~keep, fill)
+
+
+def l2norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x / sqrt(sum x^2 + eps)`` over the last dim (the spherical-attention normaliser)."""
+    return x / torch.sqrt(torch.sum(x * x, dim=-1, keepdim=True) + eps)
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, n: int, eps: float) -> torch.Tensor:
+    """RMS normalisation over the last ``n`` dims with an optional scale."""
+    dims = tuple(range(-n, 0))
+    y = x / torch.sqrt(torch.mean(x * x, dim=dims, keepdim=True) + eps)
+    return y if weight is None else y * weight
+
+
+class Fill(torch.nn.Module):
+    """A constant: a 0-d float32 buffer (not saved; it moves with ``.to(device)``) expanded to
+    the sizes given at call time, which may be read from input shapes."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.register_buffer("value", torch.tensor(value, dtype=torch.float32), persistent=False)
+
+    def forward(self, *sizes: int) -> torch.Tensor:
+        return self.value.expand(sizes) if sizes else self.value
+
+    def extra_repr(self) -> str:
+        return f"{float(self.value):g}"

@@ -1,0 +1,202 @@
+"""The torch rule of each primitive op: a table keyed by op class.
+
+A rule receives the op, its inputs already arranged as (loop..., core...) (so broadcasting
+performs the lift, as in ``ncd.reference``), its parameters as graph nodes, and the emitter
+that writes ``torch.fx`` nodes. It returns the output nodes. Other plugins add rules for their
+own ops through the ``ncd_register_lowerings`` hook (target ``"torch"``, same signature).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from ncd.ops import _library as L
+from ncd_torch import _functional as fn
+
+if TYPE_CHECKING:
+    from ncd_torch._export import Emitter
+
+__all__ = ["TORCH_RULES", "torch_rule"]
+
+Node = Any  # torch.fx.Node
+Rule = Callable[[Any, list[Node], dict[str, Node], "Emitter"], list[Node]]
+
+#: op class -> rule(op, inputs, params, emitter) -> outputs.
+TORCH_RULES: dict[type, Rule] = {}
+
+
+def torch_rule(cls: type) -> Callable[[Rule], Rule]:
+    def deco(rule: Rule) -> Rule:
+        TORCH_RULES[cls] = rule
+        return rule
+
+    return deco
+
+
+UNARY: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+    "exp": (torch.exp, {}),
+    "log": (torch.log, {}),
+    "sqrt": (torch.sqrt, {}),
+    "rsqrt": (torch.rsqrt, {}),
+    "abs": (torch.abs, {}),
+    "neg": (torch.neg, {}),
+    "relu": (torch.relu, {}),
+    "gelu": (F.gelu, {}),
+    "gelu_tanh": (F.gelu, {"approximate": "tanh"}),
+    "silu": (F.silu, {}),
+    "sigmoid": (torch.sigmoid, {}),
+    "tanh": (torch.tanh, {}),
+    "square": (torch.square, {}),
+    "recip": (torch.reciprocal, {}),
+}
+BINARY: dict[str, Callable[..., Any]] = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "div": operator.truediv,
+    "max": torch.maximum,
+    "min": torch.minimum,
+    "pow": operator.pow,
+}
+REDUCE: dict[str, Callable[..., Any]] = {"sum": torch.sum, "max": torch.amax, "min": torch.amin,
+                                         "mean": torch.mean}
+
+
+def _trailing(n: int) -> tuple[int, ...]:
+    return tuple(range(-n, 0))
+
+
+@torch_rule(L.Einsum)
+def _einsum(op: L.Einsum, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    letters: dict[Any, str] = {}
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    for a in (*[a for g in op.inputs for a in g], *op.output):
+        letters.setdefault(a, alphabet[len(letters)])
+    lhs = ",".join("..." + "".join(letters[a] for a in g) for g in op.inputs)
+    rhs = "..." + "".join(letters[a] for a in op.output)
+    return [em.call(torch.einsum, f"{lhs}->{rhs}", *xs)]
+
+
+@torch_rule(L.Linear)
+def _linear(op: L.Linear, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    bias = ps.get("bias")
+    if len(op.in_axes) == 1 and len(op.out_axes) == 1:
+        return [em.call(F.linear, xs[0], ps["weight"], bias)]
+    return [em.call(fn.linear_nd, xs[0], ps["weight"], bias, len(op.in_axes), len(op.out_axes))]
+
+
+@torch_rule(L.Unary)
+def _unary(op: L.Unary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    f, kw = UNARY[op.fn]
+    return [em.call(f, xs[0], **kw)]
+
+
+@torch_rule(L.Binary)
+def _binary(op: L.Binary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [em.call(BINARY[op.fn], xs[0], xs[1])]
+
+
+@torch_rule(L.Scalar)
+def _scalar(op: L.Scalar, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    if op.fn in ("max", "min"):  # symmetric: clamp keeps the tensor's dtype
+        key = "min" if op.fn == "max" else "max"
+        return [em.call(torch.clamp, xs[0], **{key: op.const})]
+    f = BINARY[op.fn]
+    return [em.call(f, op.const, xs[0]) if op.reverse else em.call(f, xs[0], op.const)]
+
+
+@torch_rule(L.Scale)
+def _scale(op: L.Scale, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    sizes = [em.size(a) for a in op.by]
+    if all(isinstance(s, int) for s in sizes):
+        return [em.call(operator.mul, xs[0], float(math.prod(sizes)) ** op.power)]
+    total: Any = sizes[0]
+    for s in sizes[1:]:
+        total = em.call(operator.mul, total, s)
+    return [em.call(operator.mul, xs[0], em.call(operator.pow, total, op.power))]
+
+
+@torch_rule(L.Reduce)
+def _reduce(op: L.Reduce, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    if not op.axes_:  # torch reads an empty dim list as "every dim"
+        return [xs[0]]
+    return [em.call(REDUCE[op.fn], xs[0], dim=_trailing(len(op.axes_)))]
+
+
+@torch_rule(L.Softmax)
+def _softmax(op: L.Softmax, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [em.call(torch.softmax, xs[0], -1)]
+
+
+@torch_rule(L.L2Norm)
+def _l2norm(op: L.L2Norm, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [em.call(fn.l2norm, xs[0], op.eps)]
+
+
+@torch_rule(L.LayerNorm)
+def _layernorm(op: L.LayerNorm, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    shape = em.sizes(op.axes_, xs[0])
+    return [em.call(F.layer_norm, xs[0], shape, ps.get("weight"), ps.get("bias"), op.eps)]
+
+
+@torch_rule(L.RMSNorm)
+def _rmsnorm(op: L.RMSNorm, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [em.call(fn.rmsnorm, xs[0], ps.get("weight"), len(op.axes_), op.eps)]
+
+
+@torch_rule(L.CausalMask)
+def _causal(op: L.CausalMask, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [em.call(fn.causal_mask, xs[0], -math.inf if op.fill == "-inf" else 0.0)]
+
+
+@torch_rule(L.Embedding)
+def _embedding(op: L.Embedding, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    if len(op.out_axes) == 1:
+        return [em.call(F.embedding, xs[0], ps["weight"])]
+    return [em.call(operator.getitem, ps["weight"], xs[0])]
+
+
+@torch_rule(L.Dropout)
+def _dropout(op: L.Dropout, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    # A real nn.Dropout submodule, so module.train()/eval() switch it like any PyTorch model.
+    return [em.submodule("dropout", torch.nn.Dropout(op.p), xs[0])]
+
+
+@torch_rule(L.View)
+def _view(op: L.View, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    x = xs[0]
+    base = em.lead  # the arranged input has exactly len(loop) leading dims
+    cursor = base
+    for axis, parts in zip(op.in_axes, op.in_parts, strict=True):
+        if len(parts) != 1 or parts[0] != axis:
+            sizes = [em.size(a, allow_free=True) for a in parts]
+            x = em.method(x, "unflatten", cursor, tuple(-1 if s is None else s for s in sizes))
+        cursor += len(parts)
+    elems = op.elementary
+    order = [a for g in op.out_parts for a in g]
+    if order != list(elems):
+        perm = (*range(base), *(base + elems.index(a) for a in order))
+        x = em.method(x, "permute", *perm)
+    cursor = base
+    for _axis, parts in zip(op.out_axes, op.out_parts, strict=True):
+        if len(parts) > 1:
+            x = em.method(x, "flatten", cursor, cursor + len(parts) - 1)
+        cursor += 1
+    return [x]
+
+
+@torch_rule(L.Constant)
+def _constant(op: L.Constant, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    sizes = em.sizes(op.axes_, None) if op.axes_ else ()
+    return [em.submodule("const", fn.Fill(op.value), *sizes)]
+
+
+@torch_rule(L.Learned)
+def _learned(op: L.Learned, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [ps["weight"]]
