@@ -1,0 +1,87 @@
+"""Axis variables for import: PyTorch dims are positional, ncd axes are identities.
+
+Every dim of every captured tensor gets a variable; ops that force two dims to be the same axis
+(broadcasting, contraction) unite them (union-find). Each class collects name hints with a
+priority (a LayerNorm's axis is ``d_model``, a split feeding attention is ``heads d_head``...);
+the best hint names the class. Finally classes that share a name and a size and never meet in
+one op are merged, so the layers of a network share their axes, as ``ncd.nn.gpt``'s do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ncd.axis import Axis
+
+__all__ = ["AxisTable"]
+
+
+class AxisTable:
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.size: list[int] = []
+        self.hints: list[list[tuple[float, int, str]]] = []
+        self.meets: list[set[int]] = []  # groups of vars seen together in one op
+        self._axes: dict[int, Axis] = {}
+
+    def new(self, size: int, name: str = "", priority: float = 0.0) -> int:
+        v = len(self.parent)
+        self.parent.append(v)
+        self.size.append(int(size))
+        self.hints.append([])
+        if name:
+            self.hint(v, name, priority)
+        return v
+
+    def find(self, v: int) -> int:
+        while self.parent[v] != v:
+            self.parent[v] = self.parent[self.parent[v]]
+            v = self.parent[v]
+        return v
+
+    def same(self, a: int, b: int) -> bool:
+        return self.find(a) == self.find(b)
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+            self.hints[ra].extend(self.hints[rb])
+
+    def hint(self, v: int, name: str, priority: float) -> None:
+        # Earlier hints win ties: the sequence number breaks them.
+        self.hints[self.find(v)].append((priority, -len(self.hints[self.find(v)]), name))
+
+    def name(self, v: int) -> str:
+        hints = self.hints[self.find(v)]
+        return max(hints)[2] if hints else "dim"
+
+    def meet(self, vs: Iterable[int]) -> None:
+        self.meets.append(set(vs))
+
+    # -- final axes ------------------------------------------------------------------------------
+    def finish(self) -> None:
+        """Merge same-name, same-size classes that never meet, then fix one Axis per class."""
+        roots = sorted({self.find(v) for v in range(len(self.parent))})
+        groups: dict[tuple[str, int], list[int]] = {}
+        for r in roots:
+            groups.setdefault((self.name(r), self.size[r]), []).append(r)
+        for members in groups.values():
+            for r in members[1:]:
+                target = self.find(members[0])
+                if not self._meet(target, r):
+                    self.union(target, r)
+        for v in range(len(self.parent)):
+            root = self.find(v)
+            if root not in self._axes:
+                self._axes[root] = Axis(self.name(root), size=self.size[root])
+
+    def _meet(self, a: int, b: int) -> bool:
+        for group in self.meets:
+            roots = {self.find(v) for v in group}
+            if a in roots and b in roots:
+                return True
+        return False
+
+    def axis(self, v: int) -> Axis:
+        return self._axes[self.find(v)]
