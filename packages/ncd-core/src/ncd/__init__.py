@@ -22,7 +22,9 @@ from ncd.errors import (
     TargetNotFoundError,
     TraceError,
 )
+from ncd.fusion import fuse
 from ncd.graph import Graph, Node, Scope
+from ncd.kernel import Boundary, FusionPlan, Kernel, Partition
 from ncd.params import init
 from ncd.reference import run
 from ncd.serialize import from_json, to_json
@@ -37,4 +39,5 @@ __all__ = [
     "Tensor", "Term", "TraceError", "__version__", "axes", "compile", "copy", "discard",
     "dtype_bytes", "export", "from_json", "identity", "init", "nn", "ops", "run", "swap",
     "to_json", "trace",
+    "Boundary", "FusionPlan", "Kernel", "Partition", "fuse",
 ]

@@ -15,6 +15,27 @@ to the memory level above it. Each ``Partition`` says how one axis is split at o
 
 ``tile`` is an int, a symbol name (str) for cost models, or ``None`` for the whole axis. Axes
 of the kernel without a partition are handled whole by each instance (serial loops).
+
+The contract a code generator renders (``ncd.fuse(model).kernels``):
+
+- ``kernel.nodes`` are graph node indices in topological order; ``kernel.inputs`` the values
+  read from the level above (parameters are read through ``graph.nodes[i].params()``),
+  ``kernel.outputs`` the values written back.
+- ``kernel.partitions``: at most one per (axis, level). Level-0 ``group`` partitions form the
+  grid; level >= 1 ``group`` partitions split an instance's work among cooperating workers
+  (they may share a reduction, e.g. a work-group reducing a softmax row). A ``stream``
+  partition is the serial chunk loop. The planner emits symbolic tiles ``t_<label>``;
+  ``kernel.with_tiles({axis or label: int})`` makes them concrete.
+- ``kernel.accumulators()`` gives, for the streamed axis, each node's role in the chunk loop:
+  ``prologue``, ``chunk``, ``sum``/``max``/``min``/``mean``, ``online_softmax`` / ``l2``
+  (normalised contraction: set on the normaliser *and* on the contraction that completes it),
+  ``epilogue`` (runs once on finished accumulators). ``kernel.aliases`` pairs a renamed axis
+  with its source when a rename inside the kernel carries a grouped axis to a new identity.
+
+Construction validates: an axis the kernel does not touch, two partitions of one axis at one
+level, a stream through an op that cannot run on chunks (``ncd.streaming``), a level-0 group of
+an axis some op reduces, or an int tile that does not divide its bound axis with ``tail=False``
+all raise ``ncd.ScheduleError`` naming the axis, the op and the fix.
 """
 
 from __future__ import annotations
@@ -25,6 +46,7 @@ from typing import Literal
 import attrs
 
 from ncd.axis import Axis
+from ncd.errors import ScheduleError
 from ncd.graph import Graph, Node
 
 __all__ = ["Boundary", "FusionPlan", "Kernel", "Partition"]
@@ -58,6 +80,9 @@ class Kernel:
     partitions: tuple[Partition, ...] = attrs.field(default=(), converter=tuple)
     name: str = ""
 
+    def __attrs_post_init__(self) -> None:
+        _validate(self)
+
     @property
     def ops(self) -> tuple[Node, ...]:
         return tuple(self.graph.nodes[i] for i in self.nodes)
@@ -84,10 +109,95 @@ class Kernel:
     def grouped(self) -> tuple[Axis, ...]:
         return tuple(dict.fromkeys(p.axis for p in self.partitions if p.kind == "group"))
 
+    def accumulators(self, axis: Axis | None = None) -> dict[int, str]:
+        """Each node's role in the chunk loop of ``axis`` (default: the streamed axis); empty
+        when nothing is streamed. See ``ncd.streaming.StreamAnalysis``."""
+        from ncd.streaming import analyse_stream
+
+        axis = axis if axis is not None else (self.streamed[0] if self.streamed else None)
+        if axis is None:
+            return {}
+        return analyse_stream(self.graph, self.nodes, axis, self.outputs).kinds
+
+    @property
+    def aliases(self) -> dict[Axis, Axis]:
+        """Renamed axis -> its source, for renames inside this kernel."""
+        from ncd.streaming import is_rename
+
+        out: dict[Axis, Axis] = {}
+        for n in self.ops:
+            if is_rename(n.op):
+                out[n.op.out_axes[0]] = n.op.in_axes[0]  # type: ignore[attr-defined]
+        return out
+
+    def tile(self, axis: Axis, level: int = 0) -> int | str | None:
+        """The tile of ``axis`` at ``level`` (``None``: whole axis, no partition)."""
+        for p in self.partitions:
+            if p.axis == axis and p.level == level:
+                return p.tile
+        return None
+
+    def with_tiles(self, tiles: dict[Axis | str, int], level: int | None = None) -> Kernel:
+        """A copy whose partitions take concrete tiles, keyed by axis or by symbolic tile name
+        (``t_<label>``) or axis name; ``level`` restricts the change to one level."""
+        parts = []
+        for p in self.partitions:
+            if level is None or p.level == level:
+                for key in (p.axis, p.tile, p.axis.name):
+                    if isinstance(key, Axis | str) and key in tiles:
+                        p = attrs.evolve(p, tile=tiles[key])
+                        break
+            parts.append(p)
+        return attrs.evolve(self, partitions=parts)
+
     def __str__(self) -> str:
         ops = ", ".join(self.graph.nodes[i].op.label for i in self.nodes)
         parts = " ".join(str(p) for p in self.partitions) or "unpartitioned"
         return f"{self.name or 'kernel'}: [{ops}] {parts}"
+
+
+def _validate(kernel: Kernel) -> None:
+    """Reject impossible schedules with the axis, the op and the fix (see module docstring)."""
+    from ncd.streaming import REDUCING, analyse_stream, role
+
+    if not kernel.partitions:
+        return
+    graph = kernel.graph
+    present = set(kernel.axes())
+    seen: set[tuple[str, int]] = set()
+    for p in kernel.partitions:
+        ax = p.axis.describe()
+        if p.axis not in present:
+            have = ", ".join(a.ref for a in kernel.axes())
+            raise ScheduleError(
+                f"kernel {kernel.name or '?'}: {p} partitions {ax}, which none of its ops "
+                f"touches (it has {have}). Fix: partition one of those axes.")
+        if (p.axis.uid, p.level) in seen:
+            raise ScheduleError(
+                f"kernel {kernel.name or '?'}: {ax} has two partitions at level {p.level}. "
+                "Fix: keep one partition per axis and level.")
+        seen.add((p.axis.uid, p.level))
+        size = graph.size(p.axis) if p.axis.uid in graph.axis_by_uid else p.axis.size
+        if isinstance(p.tile, int) and not isinstance(p.tile, bool):
+            if p.tile < 1:
+                raise ScheduleError(f"kernel {kernel.name or '?'}: tile {p.tile} of {ax} must be >= 1")
+            if size is not None and size % p.tile and not p.tail:
+                raise ScheduleError(
+                    f"kernel {kernel.name or '?'}: tile {p.tile} does not divide {ax} and {p} "
+                    f"declares no tail handling. Fix: pick a divisor of {size}, or set tail=True "
+                    "so instances mask the remainder.")
+        if p.kind == "stream":
+            analyse_stream(graph, kernel.nodes, p.axis, kernel.outputs)
+        elif p.level == 0:
+            for i in kernel.nodes:
+                r = role(graph.nodes[i], p.axis)
+                if r in REDUCING or r in ("normalise", "whole"):
+                    node = graph.nodes[i]
+                    raise ScheduleError(
+                        f"kernel {kernel.name or '?'}: {p} groups {ax}, but {node.op.label} "
+                        f"[node {i}] {'reduces' if r in REDUCING else 'needs all of'} it ({r}); "
+                        "independent level-0 groups cannot share that. Fix: stream "
+                        f"{p.axis.name}, or group it at level 1 (cooperating workers).")
 
 
 @attrs.frozen

@@ -1,0 +1,335 @@
+"""Fusion planning: ``ncd.fuse(model)`` groups graph nodes into kernels and says why it stops.
+
+The planner walks ``graph.nodes`` once, in topological order, and tries to merge each *unit*
+(a node; a normaliser glued to the contraction that completes it; source nodes glued to their
+first reader) into the kernel producing its input, else into a kernel reading the same input
+(sibling fusion: the q/k/v projections). A merge is kept when
+
+1. every value crossing it is read only inside the merged kernel (else it must be written out);
+2. every axis some op reduces on a value produced inside the kernel is either left whole or is
+   the one streamed axis, and streaming it passes ``ncd.streaming.analyse_stream``;
+3. no parallelism is lost: the merged kernel can still group every axis the kernel grouped
+   (bar the one now streamed) and, without a stream, every axis the unit grouped.
+
+Axes a kernel can group are those every node lifts or maps index for index (renames carry them
+to a new identity). The first reason a merge fails is kept as the boundary's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ncd.axis import Axis
+from ncd.errors import ScheduleError
+from ncd.graph import Graph
+from ncd.kernel import Boundary, FusionPlan, Kernel, Partition, kernel_io
+from ncd.streaming import HOMOGENEOUS, NORMALISER_KINDS, REDUCING, analyse_stream, is_rename, role
+
+__all__ = ["axis_labels", "fuse", "tile_symbol"]
+
+
+def axis_labels(graph: Graph) -> dict[str, str]:
+    """axis uid -> its config label (``seq``, ``d_model``...); derived axes keep their name."""
+    config = graph.config()
+    out = {a.uid: a.name for a in graph.axes}
+    for sv in (*config.free, *config.bound):
+        for a in sv.axes:
+            out[a.uid] = sv.label
+    return out
+
+
+def tile_symbol(name: str) -> str:
+    """The symbolic tile name the planner gives an axis named ``name``."""
+    return f"t_{name}"
+
+
+class _Reject(Exception):
+    pass
+
+
+def _units(graph: Graph) -> list[list[int]]:
+    """Nodes in topological order, a normaliser glued to the contraction completing it (through
+    homogeneous maps), each source node glued to its first reader. A unit is emitted at the
+    position of its last node, so all its outside inputs exist by then."""
+    glued: dict[int, int] = {}  # node -> last node of its unit
+    for i, node in enumerate(graph.nodes):
+        if type(node.op) not in NORMALISER_KINDS:
+            continue
+        axis = node.op.axes()[0]
+        chain, j = [i], i
+        while True:
+            (v,) = graph.nodes[j].outputs
+            cons = graph.consumers[v]
+            if len(cons) != 1 or v in graph.outputs:
+                break
+            j = cons[0]
+            nxt = graph.nodes[j]
+            if role(nxt, axis) == "sum":
+                for k in chain:
+                    glued[k] = j
+                break
+            hom = HOMOGENEOUS.get(type(nxt.op))
+            if hom is None or not hom(nxt.op):
+                break
+            chain.append(j)
+    for i, node in enumerate(graph.nodes):
+        if node.op.category == "source" and not node.inputs:
+            readers = [c for v in node.outputs for c in graph.consumers[v]]
+            if readers:
+                first = min(readers)
+                glued[i] = glued.get(first, first)
+    units: dict[int, list[int]] = {}
+    for i in range(len(graph.nodes)):
+        units.setdefault(glued.get(i, i), []).append(i)
+    return [sorted(units[k]) for k in sorted(units)]
+
+
+class _Aliases:
+    """Union of axes joined by renames inside a kernel (a grouped axis keeps its tiles)."""
+
+    def __init__(self, graph: Graph, nodes: Sequence[int]) -> None:
+        self.parent: dict[Axis, Axis] = {}
+        for i in nodes:
+            op = graph.nodes[i].op
+            if is_rename(op):
+                src, dst = self.root(op.in_axes[0]), self.root(op.out_axes[0])  # type: ignore[attr-defined]
+                if src != dst:
+                    self.parent[dst] = src
+
+    def root(self, a: Axis) -> Axis:
+        while a in self.parent:
+            a = self.parent[a]
+        return a
+
+
+def _axes(graph: Graph, nodes: Sequence[int]) -> list[Axis]:
+    seen: dict[Axis, None] = {}
+    for i in nodes:
+        n = graph.nodes[i]
+        for v in (*n.inputs, *n.outputs):
+            for a in graph.values[v].axes:
+                seen.setdefault(a)
+    return list(seen)
+
+
+def _grid(graph: Graph, nodes: Sequence[int], stream: Axis | None) -> list[Axis]:
+    """Alias roots every (non-source) node lifts or maps, touching one member only."""
+    alias = _Aliases(graph, nodes)
+    real = [i for i in nodes if graph.nodes[i].op.category != "source"] or list(nodes)
+    roots: dict[Axis, None] = {}
+    for a in _axes(graph, nodes):
+        roots.setdefault(alias.root(a))
+    members: dict[Axis, list[Axis]] = {}
+    for a in _axes(graph, nodes):
+        members.setdefault(alias.root(a), []).append(a)
+    out = []
+    for r in roots:
+        if stream is not None and alias.root(stream) == r:
+            continue
+        ok = True
+        for i in real:
+            node = graph.nodes[i]
+            touched = [(a, role(node, a)) for a in members[r]]
+            touched = [(a, x) for a, x in touched if x != "absent"]
+            if is_rename(node.op) and {a for a, _ in touched} <= set(node.op.axes()):
+                touched = touched[:1]  # the rename itself carries the class to a new axis
+            if len(touched) != 1 or touched[0][1] not in ("lift", "map"):
+                ok = False
+                break
+        if ok:
+            out.append(r)
+    return out
+
+
+def _internal_reduced(graph: Graph, nodes: Sequence[int]) -> list[Axis]:
+    """Axes some node reduces, normalises or needs whole on a value produced inside."""
+    # A rename of a value read from memory relabels it: its output is no computed value.
+    produced: set[int] = set()
+    for i in nodes:
+        n = graph.nodes[i]
+        if not is_rename(n.op) or n.inputs[0] in produced:
+            produced.update(n.outputs)
+    found: dict[Axis, None] = {}
+    for i in nodes:
+        n = graph.nodes[i]
+        for v, core in zip(n.inputs, n.core_in, strict=True):
+            if v in produced:
+                for a in core:
+                    if role(n, a) in REDUCING or role(n, a) in ("normalise", "whole"):
+                        found.setdefault(a)
+    return list(found)
+
+
+def _schedule(graph: Graph, nodes: list[int], old: tuple[Axis | None, list[Axis]] | None,
+              unit_grid: list[Axis] | None, what: str,
+              unit: Sequence[int] | None = None) -> tuple[Axis | None, list[Axis]]:
+    """(streamed axis, grid) of a merged node set, or ``_Reject`` with the reason."""
+    old_stream, old_grid = old if old is not None else (None, [])
+    reduced = _internal_reduced(graph, nodes)
+    options: list[Axis | None] = [old_stream] if old_stream is not None else [None, *reduced]
+    # The unit may give up grouping an axis only when the kernel reduces it (the stream then
+    # carries it, as attention's output over d or the MLP's over d_model).
+    old_nodes = [i for i in nodes if i not in set(unit or ())]
+    reduced_by_old = {a for i in old_nodes for a in _axes(graph, [i])
+                      if role(graph.nodes[i], a) in REDUCING}
+    outs = kernel_io(graph, nodes)[1]
+    first_reason = ""
+    for stream in options:
+        try:
+            if stream is not None:
+                analyse_stream(graph, nodes, stream, outs)
+        except ScheduleError as e:
+            first_reason = first_reason or str(e)
+            continue
+        grid = _grid(graph, nodes, stream)
+        alias = _Aliases(graph, nodes)
+        have = {alias.root(a) for a in grid}
+        keep = [*old_grid, *(a for a in unit_grid or () if a not in reduced_by_old)]
+        if stream is not None:
+            keep = [a for a in keep if alias.root(a) != alias.root(stream)]
+        lost = [a for a in dict.fromkeys(keep) if alias.root(a) not in have]
+        if lost:
+            first_reason = first_reason or (
+                f"fusing {what} would serialise {', '.join(a.ref for a in lost)}: each instance "
+                "would need all of it")
+            continue
+        return stream, grid
+    raise _Reject(first_reason or f"fusing {what} needs more than one streamed axis")
+
+
+def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPlan:
+    """Plan kernels for ``model`` (a term or a graph); see the module docstring for the rules.
+
+    Partitions carry symbolic tiles ``t_<label>`` unless ``tiles`` gives ints (by axis, label or
+    tile name)."""
+    from ncd._term import Term
+
+    graph: Graph = model.graph if isinstance(model, Term) else model
+    kernels: list[list[int]] = []
+    sched: list[tuple[Axis | None, list[Axis]]] = []
+    deps: list[set[int]] = []
+    owner: dict[int, int] = {}
+    reasons: dict[int, str] = {}
+
+    def producer_kernels(unit: list[int]) -> list[int]:
+        inside = set(unit)
+        ks = [owner[graph.producers[v]] for i in unit for v in graph.nodes[i].inputs
+              if v in graph.producers and graph.producers[v] not in inside]
+        return list(dict.fromkeys(ks))
+
+    def try_merge(k: int, unit: list[int], vertical: bool) -> bool:
+        merged = sorted({*kernels[k], *unit})
+        members = set(merged)
+        what = " + ".join(graph.nodes[i].op.label for i in unit)
+        crossing = [v for i in unit for v in graph.nodes[i].inputs
+                    if v in graph.producers and owner.get(graph.producers[v]) == k]
+        for j in producer_kernels(unit):
+            if j != k and (k in deps[j]):
+                return False  # merging would put k both before and after j
+        try:
+            for v in crossing:
+                others = [c for c in graph.consumers[v] if c not in members]
+                if others or v in graph.outputs:
+                    readers = ", ".join(graph.nodes[c].op.label for c in graph.consumers[v])
+                    raise _Reject(f"value {v} {graph.values[v]} is read by {readers}"
+                                  f"{' and is a model output' if v in graph.outputs else ''}: "
+                                  "it is written to memory once")
+            unit_grid = _grid(graph, unit, None)
+            result = _schedule(graph, merged, sched[k], unit_grid, what, unit)
+        except _Reject as e:
+            for v in crossing:
+                reasons.setdefault(v, str(e))
+            return False
+        if not vertical and result[0] is not None:
+            return False
+        kernels[k] = merged
+        sched[k] = result
+        for j in producer_kernels(unit):
+            if j != k:
+                deps[k] |= deps[j] | {j}
+        for m in range(len(kernels)):
+            if k in deps[m]:
+                deps[m] |= deps[k]
+        for i in unit:
+            owner[i] = k
+        return True
+
+    for unit in _units(graph):
+        done = any(try_merge(k, unit, True) for k in reversed(producer_kernels(unit)))
+        if not done:
+            reads = {v for i in unit for v in graph.nodes[i].inputs}
+            siblings = [k for k in range(len(kernels)) if k not in producer_kernels(unit)
+                        and reads & set(kernel_io(graph, kernels[k])[0])]
+            done = any(try_merge(k, unit, False) for k in reversed(siblings))
+        if not done:
+            try:
+                result = _schedule(graph, unit, None, None, "")
+            except _Reject:
+                result = (None, _grid(graph, unit, None))
+            kernels.append(list(unit))
+            sched.append(result)
+            deps.append({j for j in producer_kernels(unit)}
+                        | {d for j in producer_kernels(unit) for d in deps[j]})
+            for i in unit:
+                owner[i] = len(kernels) - 1
+    return _assemble(graph, kernels, sched, deps, reasons, tiles or {})
+
+
+def _assemble(graph: Graph, kernels: list[list[int]], sched: list[tuple[Axis | None, list[Axis]]],
+              deps: list[set[int]], reasons: dict[int, str],
+              tiles: dict[Axis | str, int]) -> FusionPlan:
+    """Order kernels topologically, attach partitions and the boundary reasons."""
+    order: list[int] = []
+    placed: set[int] = set()
+    while len(order) < len(kernels):
+        ready = [k for k in range(len(kernels)) if k not in placed and deps[k] <= placed]
+        if not ready:  # the merge rules exclude cycles; this guards the invariant
+            raise ScheduleError("fusion planner produced a cyclic kernel order (a bug)")
+        k = min(ready, key=lambda k: min(kernels[k]))
+        order.append(k)
+        placed.add(k)
+    labels = axis_labels(graph)
+
+    def tile(a: Axis) -> int | str:
+        # Tiles are per axis (the query and key tiles of attention differ even though both
+        # axes have the size ``seq``), named after the axis.
+        sym = tile_symbol(a.name)
+        for key in (a, labels[a.uid], sym):
+            if key in tiles:
+                return tiles[key]
+        return sym
+
+    out: list[Kernel] = []
+    position = {k: n for n, k in enumerate(order)}
+    for k in order:
+        nodes = kernels[k]
+        stream, grid = sched[k]
+        alias = _Aliases(graph, nodes)
+        roots = set(grid)
+        parts = [Partition(a, "group", tile(alias.root(a)))
+                 for a in _axes(graph, nodes) if alias.root(a) in roots]
+        if stream is not None:
+            parts.append(Partition(stream, "stream", tile(stream)))
+        ins, outs = kernel_io(graph, nodes)
+        body = "_".join(dict.fromkeys(graph.nodes[i].op.kind for i in nodes))[:40]
+        out.append(Kernel(graph, nodes, ins, outs, parts, f"k{len(out)}_{body}"))
+    owner = {i: position[k] for k in range(len(kernels)) for i in kernels[k]}
+    bounds = []
+    for p, kern in enumerate(out):
+        for v in kern.outputs:
+            readers = sorted({owner[c] for c in graph.consumers[v]} - {p})
+            if not readers:
+                continue
+            if len(readers) > 1 or v in graph.outputs:
+                names = ", ".join(out[r].name for r in readers)
+                reason = (f"read by {len(readers)} kernels ({names})"
+                          f"{' and a model output' if v in graph.outputs else ''}: "
+                          "written to memory once")
+            else:
+                (c,) = [c for c in graph.consumers[v] if owner[c] != p][:1] or [None]
+                joined = f"{graph.nodes[c].op.label} joined {out[owner[c]].name}" if c is not None else ""
+                reason = reasons.get(v, f"{joined} through another input; one kernel cannot "
+                                        "also absorb this producer")
+            bounds.append(Boundary(v, p, tuple(readers), reason))
+    return FusionPlan(graph, out, bounds)
