@@ -52,6 +52,15 @@ class Imported:
         return iter((self.model, self.params))
 
 
+def _torch_dir() -> str:
+    import torch
+
+    return os.path.dirname(torch.__file__) + os.sep
+
+
+_TORCH_DIR = _torch_dir()
+
+
 def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.split(".")[-1]).lower()
 
@@ -119,7 +128,7 @@ class Capture:
         stack = self.module_stack(node)
         module = f"{stack[-1][0] or '(root)'} ({_class_name(stack[-1][1])})" if stack else "(root)"
         frames = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s*(.*)', node.meta.get("stack_trace") or "")
-        user = [f for f in frames if f"{os.sep}torch{os.sep}" not in f[0]]
+        user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
         site = f", {os.path.basename(user[-1][0])}:{user[-1][1]}: {user[-1][2].strip()}" if user else ""
         return f"module {module}{site}"
 

@@ -49,8 +49,9 @@ class AxisTable:
             self.hints[ra].extend(self.hints[rb])
 
     def hint(self, v: int, name: str, priority: float) -> None:
-        # Earlier hints win ties: the sequence number breaks them.
-        self.hints[self.find(v)].append((priority, -len(self.hints[self.find(v)]), name))
+        # Earlier hints win ties: a global sequence number breaks them.
+        self._seq = getattr(self, "_seq", 0) + 1
+        self.hints[self.find(v)].append((priority, -self._seq, name))
 
     def name(self, v: int) -> str:
         hints = self.hints[self.find(v)]

@@ -193,6 +193,8 @@ def _linear(c: Capture, node: Any) -> None:
     bias = c.param(node.args[2]) if len(node.args) > 2 and node.args[2] is not None else None
     *lead, last = c.dims[x]
     ins = last if isinstance(last, tuple) else (last,)
+    if len(ins) == 1:  # the width a Linear reads is the model width, unless named better
+        c.axes.hint(ins[0], "d_model", 0.5)
     w = weight.reshape(weight.shape[0], *(c.axes.size[v] for v in ins))
     split = c.split_by_view(node, weight.shape[0])
     if split is not None:  # nn.Linear out_features viewed as (heads, d_head): fold the view
@@ -244,11 +246,20 @@ def _einsum(c: Capture, node: Any) -> None:
     lhs, rhs = spec.split("->")
     keys = [c.plain(t) for t in node.args[1]]
     letters: dict[str, int] = {}
-    for key, term in zip(keys, lhs.split(","), strict=True):
-        for ch, v in zip(term, c.dims[key], strict=True):
-            if ch in letters and not c.axes.same(letters[ch], v):
+    for n, term in enumerate(lhs.split(",")):
+        for ch, v in zip(term, list(c.dims[keys[n]]), strict=True):
+            taken = [d for d, u in letters.items() if d != ch and c.axes.same(u, v)]
+            if ch in letters and c.axes.same(letters[ch], v):
+                continue
+            if taken or (ch in letters and any(c.axes.same(letters[ch], u) for u in c.dims[keys[n]])):
+                # another letter already stands for this dim's axis: this one is its own axis
+                fresh = letters.get(ch) or c.axes.new(c.axes.size[v], c.axes.name(v) + "_2", 1)
+                keys[n] = c.rename(node, keys[n], v, fresh)
+                letters[ch] = fresh
+            elif ch in letters:
                 c.axes.union(letters[ch], v)
-            letters.setdefault(ch, v)
+            else:
+                letters[ch] = v
     groups = tuple(tuple(c.axis(letters[ch]) for ch in term) for term in lhs.split(","))
     c.op(node, L.Einsum(groups, tuple(c.axis(letters[ch]) for ch in rhs)), keys)
     c.set(node, [letters[ch] for ch in rhs])

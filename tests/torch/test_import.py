@@ -1,0 +1,103 @@
+"""Import: PyTorch modules become ncd models with named axes and blocks, equal to the module,
+and export back to an equal module."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_gpt2 import GPT, Block
+
+import ncd
+from ncd_torch import TorchImportError, from_torch, to_module
+
+
+def _check(module, *inputs, rtol=1e-5, atol=1e-5):
+    module.eval()
+    want = module(*inputs).detach().numpy()
+    imported = from_torch(module, inputs)
+    model, params = imported
+    got = ncd.run(model, *(x.numpy() for x in inputs), params=params)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    back = to_module(model, params=params)
+    np.testing.assert_allclose(back(*inputs).detach().numpy(), want, rtol=rtol, atol=atol)
+    return imported
+
+
+def test_gpt2_block_imports_equal_with_named_axes_and_blocks():
+    torch.manual_seed(0)
+    imported = _check(Block(d_model=12, heads=3, d_ff=29), torch.randn(2, 7, 12))
+    model = imported.model
+    text = model.explain()
+    for name in ("seq", "seq_k", "heads", "d_head", "d_model", "d_ff", "batch"):
+        assert name in text, name
+    assert "dim0" not in text and "#" not in text  # every axis has one meaningful name
+    sizes = {v.label: v.size for v in model.config().bound}
+    assert sizes == {"batch": 2, "seq": 7, "d_model": 12, "heads": 3, "d_head": 4, "d_ff": 29}
+    scopes = {s.label for s in model.graph.scopes}
+    assert {"attn", "mlp", "attention"} <= scopes
+    # nn.Linear q/k/v fold the head split: weight axes (heads, d_head, d_model)
+    assert imported.params["attn.q.weight"].shape == (3, 4, 12)
+    assert imported.torch_names["attn.q.weight"] == "attn.q.weight"
+    assert "attn" in dict(to_module(model, params=imported.params).named_modules())
+
+
+def test_explicit_matmul_attention_imports():
+    torch.manual_seed(1)
+    imported = _check(Block(d_model=12, heads=2, d_ff=13, sdpa=False), torch.randn(1, 13, 12))
+    assert "seq_k" in imported.model.explain()
+
+
+def test_whole_gpt_with_embedding_and_module_list():
+    torch.manual_seed(2)
+    gpt = GPT(layers=2, seq=7, d_model=12, heads=3, d_ff=29, vocab=11)
+    imported = _check(gpt, torch.randint(0, 11, (2, 7)))
+    labels = {s.label for s in imported.model.graph.scopes}
+    assert {"blocks.0", "blocks.1"} <= labels
+    assert "blocks.1.attn.o.weight" in imported.params
+    # blocks share their axes, like ncd.nn.gpt's
+    assert [v.label for v in imported.model.config().bound].count("d_head") == 1
+
+
+class Ops(nn.Module):
+    """The rest of the documented op set in one module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(6, eps=1e-6)
+        self.lin = nn.Linear(6, 6)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.drop(self.norm(x))
+        y = torch.einsum("bsd,bte->bste", y, torch.sigmoid(self.lin(x)))
+        y = F.silu(y) - torch.tanh(y) / 2.0 + torch.relu(y) * 3.0
+        y = y.permute(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+        z = torch.bmm(y, y.transpose(1, 2))
+        return torch.softmax(z, dim=-1) + F.gelu(z, approximate="tanh")
+
+
+def test_documented_op_set():
+    torch.manual_seed(3)
+    _check(Ops(), torch.randn(2, 5, 6), rtol=1e-4, atol=1e-5)
+
+
+def test_unsupported_op_names_the_op_and_where_it_came_from():
+    class Inner(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x, 0)
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(x)
+
+    with pytest.raises(TorchImportError) as info:
+        from_torch(Outer(), (torch.randn(3, 4),))
+    message = str(info.value)
+    assert isinstance(info.value, ncd.NcdError)
+    assert "aten.cumsum" in message and "inner (" in message and "test_import.py" in message
+    assert "Fix:" in message
