@@ -1,0 +1,283 @@
+"""The generator: one ``Kernel`` of a fusion plan -> one C-like kernel function.
+
+Values are *pulled*: ``KernelGen.load(value, index)`` reads a buffer when the value comes from
+outside the kernel, and otherwise asks the rule of the node producing it (``CODEGEN_RULES``, by
+op class) for an expression at that index, so elementwise prologues and epilogues, views and
+reductions fuse by construction. Work shared along an axis (a normaliser's statistics) is
+hoisted to the loop level where its index is fixed and cached per block. Axes the kernel keeps
+parallel become the NDRange (one work-item per index, flattened); the others become loops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ncd.axis import Axis
+from ncd.codegen.dialect import Dialect
+from ncd.codegen.layout import CTYPES, Buffer, Layouts, row_major
+from ncd.codegen.source import Writer, sanitize
+from ncd.errors import ScheduleError
+from ncd.graph import Node
+from ncd.kernel import Kernel
+
+__all__ = ["KernelGen", "KernelSource", "render_kernel"]
+
+
+@attrs.frozen
+class KernelSource:
+    """A rendered kernel: its function text, arguments in order, and launch shape."""
+
+    name: str
+    text: str
+    buffers: tuple[Buffer, ...]
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    kernel: Kernel = attrs.field(eq=False, repr=False)
+    style: str = "pointwise"  # which renderer produced it: pointwise | streamed | tiled
+
+
+def lit(x: float, dialect: Dialect) -> str:
+    """A float literal (``1.5f``); infinities use the dialect's spelling."""
+    if math.isinf(x):
+        return dialect.inf if x > 0 else f"-{dialect.inf}"
+    text = repr(float(x))
+    return f"{text}f"
+
+
+class KernelGen:
+    """State of one kernel being rendered; rules call its helpers."""
+
+    def __init__(self, kernel: Kernel, dialect: Dialect, rules: Mapping[type, Any],
+                 layouts: Layouts | None = None) -> None:
+        self.kernel = kernel
+        self.graph = kernel.graph
+        self.dialect = dialect
+        self.rules = rules
+        self.layouts = dict(layouts or {})
+        self.members = set(kernel.nodes)
+        self.made_here = {v: i for i in kernel.nodes for v in self.graph.nodes[i].outputs}
+        self.w = Writer()
+        self.buffers: dict[tuple[str, Any], Buffer] = {}
+        self._names: set[str] = set()
+        self.bound: dict[int, str] = {}  # value id -> expression supplied by a template
+
+    # -- names and buffers -----------------------------------------------------------------------
+    def unique(self, hint: str, prefix: str = "v") -> str:
+        base = sanitize(hint, prefix)
+        name, k = base, 1
+        while name in self._names:
+            k += 1
+            name = f"{base}_{k}"
+        self._names.add(name)
+        return name
+
+    def size(self, axis: Axis) -> int:
+        s = self.graph.size(axis)
+        if s is None:
+            raise ScheduleError(f"axis {axis.describe()} has no size; bind it before compiling")
+        return s
+
+    def _sizes(self, axes: Sequence[Axis]) -> dict[Axis, int]:
+        return {a: self.size(a) for a in axes}
+
+    def value_buffer(self, v: int, *, output: bool = False) -> Buffer:
+        key = ("out" if output else "in", v)
+        if key not in self.buffers:
+            t = self.graph.values[v]
+            axes = self.layouts.get(v, t.axes)
+            prefix = "out" if output else "in"
+            name = self.unique(f"{prefix}{v}")
+            self.buffers[key] = Buffer(name, axes, row_major(axes, self._sizes(axes)),
+                                       CTYPES.get(t.dtype, "float"), value=v, output=output)
+        return self.buffers[key]
+
+    def param_buffer(self, node: Node, pname: str) -> Buffer:
+        full = node.param_name(pname)
+        key = ("param", full)
+        if key not in self.buffers:
+            p = next(p for p in node.op.params() if p.name == pname)
+            name = self.unique(f"w_{full}")
+            self.buffers[key] = Buffer(name, p.axes, row_major(p.axes, self._sizes(p.axes)),
+                                       param=full)
+        return self.buffers[key]
+
+    def param(self, node: Node, pname: str, index: Mapping[Axis, str]) -> str:
+        b = self.param_buffer(node, pname)
+        return f"{b.name}[{b.address(index)}]"
+
+    # -- emitting ----------------------------------------------------------------------------------
+    def let(self, expr: str, hint: str = "t", ctype: str = "float") -> str:
+        if expr.isidentifier():
+            return expr
+        name = self.unique(hint, "t")
+        self.w.line(f"{ctype} {name} = {expr};")
+        return name
+
+    def var(self, init: str, hint: str = "acc", ctype: str = "float") -> str:
+        name = self.unique(hint, "t")
+        self.w.line(f"{ctype} {name} = {init};")
+        return name
+
+    def loop(self, axis: Axis, hint: str | None = None) -> Any:
+        """``with gen.loop(a) as (block, i):`` -- a for loop over all indices of ``axis``."""
+        i = self.unique(f"i_{hint or axis.name}", "i")
+        return _Loop(self, f"for (int {i} = 0; {i} < {self.size(axis)}; ++{i})", i)
+
+    def lit(self, x: float) -> str:
+        return lit(x, self.dialect)
+
+    def fn(self, name: str) -> str:
+        return self.dialect.fn(name)
+
+    # -- values --------------------------------------------------------------------------------------
+    def load(self, v: int, index: Mapping[Axis, str]) -> str:
+        """An expression for value ``v`` at ``index`` (a C index expression per axis)."""
+        axes = self.graph.values[v].axes
+        missing = [a for a in axes if a not in index]
+        if missing:
+            raise ScheduleError(
+                f"value {v} {self.graph.values[v]} is needed at an index missing "
+                f"{', '.join(a.describe() for a in missing)} in kernel {self.kernel.name}"
+            )
+        env = {a: index[a] for a in axes}
+        if v in self.bound:
+            return self.bound[v]
+        if v not in self.made_here:
+            b = self.value_buffer(v)
+            return f"{b.name}[{b.address(env)}]"
+        key = ("value", v, tuple(env[a] for a in axes))
+        hit = self.w.lookup(key)
+        if hit is not None:
+            return hit
+        node = self.graph.nodes[self.made_here[v]]
+        rule = self.rule_for(node)
+        expr = rule(self, node, env)
+        ctype = CTYPES.get(self.graph.values[v].dtype, "float")
+        name = self.let(expr, f"v{v}", ctype)
+        self.w.remember(key, name)
+        return name
+
+    def rule_for(self, node: Node) -> Any:
+        for cls in type(node.op).__mro__:
+            if cls in self.rules:
+                return self.rules[cls]
+        raise ScheduleError(
+            f"no {self.dialect.name} code generation rule for op {node.op.label!r} (kind "
+            f"{node.op.kind!r}); register one with ncd_register_lowerings(target="
+            f"{self.dialect.name!r})"
+        )
+
+    def shared(self, key: Any, index_exprs: Sequence[str], make: Any) -> Any:
+        """Compute ``make()`` once at the outermost loop level where ``index_exprs`` are fixed
+        (a normaliser's statistics), cached there."""
+        hit = self.w.lookup(key)
+        if hit is not None:
+            return hit
+        depth = self.w.depth_for(list(index_exprs))
+        with self.w.at_depth(depth):
+            out = make()
+            self.w.remember(key, out)
+        return out
+
+    # -- the pointwise driver ------------------------------------------------------------------------
+    def serial_axes(self) -> set[Axis]:
+        """Axes a work-item must walk itself: normalised/streamed axes of member nodes."""
+        out: set[Axis] = set(self.kernel.streamed)
+        for i in self.kernel.nodes:
+            op = self.graph.nodes[i].op
+            if op.category == "normaliser":
+                out.update(a for g in op.signature()[0] for a in g)
+        return out
+
+    def render(self) -> KernelSource:
+        outs = self.kernel.outputs
+        if not outs:
+            raise ScheduleError(f"kernel {self.kernel.name} writes nothing")
+        last = self.graph.values[outs[-1]].axes
+        serial = self.serial_axes()
+        par = [a for a in last if a not in serial]
+        total = math.prod(self.size(a) for a in par)
+        gid = self.unique("gid")
+        self.w.line(f"const int {gid} = {self.dialect.gid(0)};")
+        self.w.line(f"if ({gid} >= {total}) return;")
+        env: dict[Axis, str] = {}
+        step = 1
+        for a in reversed(par):
+            n = self.size(a)
+            i = self.unique(f"i_{a.name}", "i")
+            q = gid if step == 1 else f"({gid} / {step})"
+            expr = q if step * n == total else f"{q} % {n}"
+            self.w.line(f"const int {i} = {expr};")
+            env[a] = i
+            step *= n
+        for v in outs:
+            self.write(v, env, par)
+        local = 64 if total >= 64 else None
+        gsize = total if local is None else -(-total // local) * local
+        return self.source((gsize,), None if local is None else (local,), "pointwise")
+
+    def write(self, v: int, env: dict[Axis, str], par: Sequence[Axis]) -> None:
+        axes = self.graph.values[v].axes
+        guards = [f"{env[a]} == 0" for a in par if a not in axes]
+        loops = [a for a in axes if a not in env]
+        out = self.value_buffer(v, output=True)
+
+        def body(index: dict[Axis, str], rest: list[Axis]) -> None:
+            if not rest:
+                self.w.line(f"{out.name}[{out.address(index)}] = {self.load(v, index)};")
+                return
+            with self.loop(rest[0]) as i:
+                body({**index, rest[0]: i}, rest[1:])
+
+        if guards:
+            with self.w.block(f"if ({' && '.join(guards)})"):
+                body(dict(env), loops)
+        else:
+            body(dict(env), loops)
+
+    def source(self, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, style: str) -> KernelSource:
+        name = sanitize(self.kernel.name or "kernel", "k")
+        bufs = sorted(self.buffers.values(), key=lambda b: (b.output, b.param is not None))
+        args = ",\n    ".join(
+            f"{self.dialect.pointer(b.ctype, const=not b.output)} {b.name}" for b in bufs
+        )
+        attr = ""
+        if lsize is not None and self.dialect.reqd_local:
+            dims = [*lsize, 1, 1][:3]
+            attr = self.dialect.reqd_local.format(x=dims[0], y=dims[1], z=dims[2]) + "\n"
+        head = f"// {self.kernel}\n{attr}{self.dialect.kernel} {name}(\n    {args})\n{{"
+        text = f"{head}\n{self.w.render()}\n}}\n"
+        return KernelSource(name, text, tuple(bufs), gsize, lsize, self.kernel, style)
+
+
+class _Loop:
+    def __init__(self, gen: KernelGen, header: str, var: str) -> None:
+        self.gen, self.header, self.var = gen, header, var
+        self._cm: Any = None
+
+    def __enter__(self) -> str:
+        self._cm = self.gen.w.block(self.header, self.var)
+        self._cm.__enter__()
+        return self.var
+
+    def __exit__(self, *exc: Any) -> None:
+        self._cm.__exit__(*exc)
+
+
+def render_kernel(kernel: Kernel, dialect: Dialect, rules: Mapping[type, Any] | None = None,
+                  layouts: Layouts | None = None, templates: Sequence[Any] = ()) -> KernelSource:
+    """Render one planned kernel. ``templates`` are tried first (each returns a ``KernelSource``
+    or ``None`` when the kernel does not fit it); the pointwise driver is the fallback."""
+    from ncd.codegen.rules import CODEGEN_RULES
+
+    table = dict(CODEGEN_RULES) if rules is None else dict(rules)
+    for template in templates:
+        gen = KernelGen(kernel, dialect, table, layouts)
+        out = template(gen)
+        if out is not None:
+            return out  # type: ignore[no-any-return]
+    return KernelGen(kernel, dialect, table, layouts).render()

@@ -1,0 +1,289 @@
+"""Per-op code generation rules, keyed by op class.
+
+``rule(gen, node, index) -> expr``: the C expression of the node's output at ``index`` (one
+index expression per axis of the output value). Rules read inputs with ``gen.load`` and may
+emit statements (loops with accumulators) first; a plugin adds a rule for its own op with
+``ncd_register_lowerings`` (``Lowering(target, kind, rule)``) or ``codegen_rule``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ncd.axis import Axis
+from ncd.codegen.lower import KernelGen
+from ncd.graph import Node
+from ncd.ops import _library as L
+
+__all__ = ["BINARY_C", "CODEGEN_RULES", "UNARY_C", "Rule", "codegen_rule"]
+
+Rule = Callable[[KernelGen, Node, Mapping[Axis, str]], str]
+
+#: op class -> rule. Backends copy this table and add their plugins' lowerings.
+CODEGEN_RULES: dict[type, Rule] = {}
+
+
+def codegen_rule(cls: type) -> Callable[[Rule], Rule]:
+    def deco(fn: Rule) -> Rule:
+        CODEGEN_RULES[cls] = fn
+        return fn
+
+    return deco
+
+
+F = Callable[[KernelGen, str], str]
+UNARY_C: dict[str, F] = {
+    "exp": lambda g, x: f"{g.fn('exp')}({x})",
+    "log": lambda g, x: f"{g.fn('log')}({x})",
+    "sqrt": lambda g, x: f"{g.fn('sqrt')}({x})",
+    "rsqrt": lambda g, x: f"{g.fn('rsqrt')}({x})",
+    "abs": lambda g, x: f"{g.fn('fabs')}({x})",
+    "neg": lambda g, x: f"(-{x})",
+    "relu": lambda g, x: f"{g.fn('fmax')}({x}, 0.0f)",
+    "gelu": lambda g, x: f"(0.5f * {x} * (1.0f + {g.fn('erf')}({x} * 0.70710678118654752f)))",
+    "gelu_tanh": lambda g, x: (f"(0.5f * {x} * (1.0f + {g.fn('tanh')}(0.79788456080286536f * "
+                               f"({x} + 0.044715f * {x} * {x} * {x}))))"),
+    "silu": lambda g, x: f"({x} / (1.0f + {g.fn('exp')}(-{x})))",
+    "sigmoid": lambda g, x: f"(1.0f / (1.0f + {g.fn('exp')}(-{x})))",
+    "tanh": lambda g, x: f"{g.fn('tanh')}({x})",
+    "square": lambda g, x: f"({x} * {x})",
+    "recip": lambda g, x: f"(1.0f / {x})",
+}
+B = Callable[[KernelGen, str, str], str]
+BINARY_C: dict[str, B] = {
+    "add": lambda g, a, b: f"({a} + {b})",
+    "sub": lambda g, a, b: f"({a} - {b})",
+    "mul": lambda g, a, b: f"({a} * {b})",
+    "div": lambda g, a, b: f"({a} / {b})",
+    "max": lambda g, a, b: f"{g.fn('fmax')}({a}, {b})",
+    "min": lambda g, a, b: f"{g.fn('fmin')}({a}, {b})",
+    "pow": lambda g, a, b: f"{g.fn('pow')}({a}, {b})",
+}
+
+
+def _ins(gen: KernelGen, node: Node, index: Mapping[Axis, str], k: int = 0) -> str:
+    return gen.load(node.inputs[k], index)
+
+
+@codegen_rule(L.Unary)
+def _unary(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    return UNARY_C[node.op.fn](gen, _ins(gen, node, index))  # type: ignore[attr-defined]
+
+
+@codegen_rule(L.Binary)
+def _binary(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    a, b = _ins(gen, node, index, 0), _ins(gen, node, index, 1)
+    return BINARY_C[node.op.fn](gen, a, b)  # type: ignore[attr-defined]
+
+
+@codegen_rule(L.Scalar)
+def _scalar(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.Scalar = node.op  # type: ignore[assignment]
+    x, c = _ins(gen, node, index), gen.lit(op.const)
+    return BINARY_C[op.fn](gen, c, x) if op.reverse else BINARY_C[op.fn](gen, x, c)
+
+
+@codegen_rule(L.Scale)
+def _scale(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.Scale = node.op  # type: ignore[assignment]
+    factor = float(math.prod(gen.size(a) for a in op.by)) ** op.power
+    return f"({_ins(gen, node, index)} * {gen.lit(factor)})"
+
+
+@codegen_rule(L.Dropout)
+def _dropout(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    return _ins(gen, node, index)  # inference: the identity (training is not compiled)
+
+
+@codegen_rule(L.CausalMask)
+def _causal(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.CausalMask = node.op  # type: ignore[assignment]
+    offset = gen.size(op.x) - gen.size(op.q)
+    fill = f"-{gen.dialect.inf}" if op.fill == "-inf" else "0.0f"
+    x = _ins(gen, node, index)
+    return f"(({index[op.x]}) <= ({index[op.q]}) + {offset} ? {x} : {fill})"
+
+
+def _reduce_loops(gen: KernelGen, axes: tuple[Axis, ...], index: Mapping[Axis, str],
+                  body: Callable[[dict[Axis, str]], None]) -> None:
+    def go(env: dict[Axis, str], rest: tuple[Axis, ...]) -> None:
+        if not rest:
+            body(env)
+            return
+        with gen.loop(rest[0]) as i:
+            go({**env, rest[0]: i}, rest[1:])
+
+    go(dict(index), axes)
+
+
+_INIT = {"sum": "0.0f", "mean": "0.0f", "max": "-{inf}", "min": "{inf}"}
+_STEP = {"sum": "{a} += {x};", "mean": "{a} += {x};", "max": "{a} = {fmax}({a}, {x});",
+         "min": "{a} = {fmin}({a}, {x});"}
+
+
+@codegen_rule(L.Reduce)
+def _reduce(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.Reduce = node.op  # type: ignore[assignment]
+    acc = gen.var(_INIT[op.fn].format(inf=gen.dialect.inf), "red")
+    step = _STEP[op.fn]
+
+    def body(env: dict[Axis, str]) -> None:
+        x = _ins(gen, node, env)
+        gen.w.line(step.format(a=acc, x=x, fmax=gen.fn("fmax"), fmin=gen.fn("fmin")))
+
+    _reduce_loops(gen, op.axes_, index, body)
+    if op.fn == "mean":
+        n = math.prod(gen.size(a) for a in op.axes_)
+        return f"({acc} * {gen.lit(1.0 / n)})"
+    return acc
+
+
+@codegen_rule(L.Einsum)
+def _einsum(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.Einsum = node.op  # type: ignore[assignment]
+    if not op.contracted:
+        return " * ".join(_ins(gen, node, index, k) for k in range(len(op.inputs))) or "1.0f"
+    acc = gen.var("0.0f", "dot")
+
+    def body(env: dict[Axis, str]) -> None:
+        prod = " * ".join(_ins(gen, node, env, k) for k in range(len(op.inputs)))
+        gen.w.line(f"{acc} += {prod};")
+
+    _reduce_loops(gen, op.contracted, index, body)
+    return acc
+
+
+@codegen_rule(L.Linear)
+def _linear(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.Linear = node.op  # type: ignore[assignment]
+    acc = gen.var("0.0f", "dot")
+
+    def body(env: dict[Axis, str]) -> None:
+        gen.w.line(f"{acc} += {_ins(gen, node, env)} * {gen.param(node, 'weight', env)};")
+
+    _reduce_loops(gen, op.in_axes, index, body)
+    return f"({acc} + {gen.param(node, 'bias', index)})" if op.bias else acc
+
+
+def _row_key(node: Node, index: Mapping[Axis, str], core: tuple[Axis, ...]) -> tuple[Any, ...]:
+    return (id(node), tuple((a.uid, e) for a, e in index.items() if a not in core))
+
+
+def _outer(index: Mapping[Axis, str], core: tuple[Axis, ...]) -> list[str]:
+    return [e for a, e in index.items() if a not in core]
+
+
+@codegen_rule(L.Softmax)
+def _softmax(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.Softmax = node.op  # type: ignore[assignment]
+    core = (op.axis,)
+
+    def stats() -> tuple[str, str]:
+        m = gen.var(f"-{gen.dialect.inf}", "mx")
+        _reduce_loops(gen, core, index, lambda env: gen.w.line(
+            f"{m} = {gen.fn('fmax')}({m}, {_ins(gen, node, env)});"))
+        s = gen.var("0.0f", "den")
+        _reduce_loops(gen, core, index, lambda env: gen.w.line(
+            f"{s} += {gen.fn('exp')}({_ins(gen, node, env)} - {m});"))
+        return m, gen.let(f"1.0f / {s}", "inv")
+
+    m, inv = gen.shared(("softmax",) + _row_key(node, index, core), _outer(index, core), stats)
+    return f"({gen.fn('exp')}({_ins(gen, node, index)} - {m}) * {inv})"
+
+
+@codegen_rule(L.L2Norm)
+def _l2norm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.L2Norm = node.op  # type: ignore[assignment]
+    core = (op.axis,)
+
+    def stats() -> str:
+        s = gen.var("0.0f", "ss")
+        _reduce_loops(gen, core, index, lambda env: gen.w.line(
+            f"{s} += {_ins(gen, node, env)} * {_ins(gen, node, env)};"))
+        return gen.let(f"{gen.fn('rsqrt')}({s} + {gen.lit(op.eps)})", "rn")
+
+    r = gen.shared(("l2",) + _row_key(node, index, core), _outer(index, core), stats)
+    return f"({_ins(gen, node, index)} * {r})"
+
+
+def _moments(gen: KernelGen, node: Node, index: Mapping[Axis, str], core: tuple[Axis, ...],
+             eps: float, centred: bool) -> tuple[str, str]:
+    n = math.prod(gen.size(a) for a in core)
+    mu = "0.0f"
+    if centred:
+        s = gen.var("0.0f", "sum")
+        _reduce_loops(gen, core, index, lambda env: gen.w.line(f"{s} += {_ins(gen, node, env)};"))
+        mu = gen.let(f"{s} * {gen.lit(1.0 / n)}", "mu")
+    q = gen.var("0.0f", "sq")
+
+    def sq(env: dict[Axis, str]) -> None:
+        x = _ins(gen, node, env)
+        d = gen.let(f"{x} - {mu}", "d") if centred else x
+        gen.w.line(f"{q} += {d} * {d};")
+
+    _reduce_loops(gen, core, index, sq)
+    return mu, gen.let(f"{gen.fn('rsqrt')}({q} * {gen.lit(1.0 / n)} + {gen.lit(eps)})", "rstd")
+
+
+@codegen_rule(L.LayerNorm)
+def _layernorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.LayerNorm = node.op  # type: ignore[assignment]
+    core = op.axes_
+    mu, r = gen.shared(("ln",) + _row_key(node, index, core), _outer(index, core),
+                       lambda: _moments(gen, node, index, core, op.eps, True))
+    y = f"(({_ins(gen, node, index)} - {mu}) * {r})"
+    if op.affine:
+        y = f"{y} * {gen.param(node, 'weight', index)}"
+        if op.bias:
+            y = f"({y} + {gen.param(node, 'bias', index)})"
+    return y
+
+
+@codegen_rule(L.RMSNorm)
+def _rmsnorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.RMSNorm = node.op  # type: ignore[assignment]
+    core = op.axes_
+    _, r = gen.shared(("rms",) + _row_key(node, index, core), _outer(index, core),
+                      lambda: _moments(gen, node, index, core, op.eps, False))
+    y = f"({_ins(gen, node, index)} * {r})"
+    return f"{y} * {gen.param(node, 'weight', index)}" if op.affine else y
+
+
+@codegen_rule(L.Embedding)
+def _embedding(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.Embedding = node.op  # type: ignore[assignment]
+    ids = gen.let(f"(int){_ins(gen, node, index)}", "tok", "int")
+    return gen.param(node, "weight", {**index, op.vocab: ids})
+
+
+@codegen_rule(L.View)
+def _view(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: L.View = node.op  # type: ignore[assignment]
+    elem: dict[Axis, str] = {}
+    for axis, parts in zip(op.out_axes, op.out_parts, strict=True):
+        step = 1
+        for p in reversed(parts):
+            n = gen.size(p)
+            e = index[axis] if step == 1 else f"({index[axis]} / {step})"
+            elem[p] = e if len(parts) == 1 else f"({e} % {n})"
+            step *= n
+    env = {a: e for a, e in index.items() if a not in op.out_axes}
+    for axis, parts in zip(op.in_axes, op.in_parts, strict=True):
+        terms, step = [], 1
+        for p in reversed(parts):
+            terms.append(elem[p] if step == 1 else f"{elem[p]} * {step}")
+            step *= gen.size(p)
+        env[axis] = " + ".join(reversed(terms))
+    return _ins(gen, node, env)
+
+
+@codegen_rule(L.Constant)
+def _constant(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    return gen.lit(node.op.value)  # type: ignore[attr-defined]
+
+
+@codegen_rule(L.Learned)
+def _learned(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    return gen.param(node, "weight", index)

@@ -1,0 +1,125 @@
+"""Building C source: nested blocks with hoisting and per-block common-subexpression caches,
+and the sanitiser every name passes through before it reaches generated code."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["Block", "Writer", "sanitize"]
+
+_BAD = re.compile(r"[^A-Za-z0-9_]")
+_C_WORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if "
+    "inline int long register restrict return short signed sizeof static struct switch typedef "
+    "union unsigned void volatile while kernel global local constant private half bool".split()
+)
+
+
+def sanitize(name: str, prefix: str = "n") -> str:
+    """A C identifier from any text: only ``[A-Za-z0-9_]``, never a keyword, never leading
+    digits or double underscores (reserved)."""
+    out = _BAD.sub("_", name)
+    out = re.sub("_+", "_", out).strip("_")
+    if not out or out[0].isdigit() or out in _C_WORDS:
+        out = f"{prefix}_{out}" if out else prefix
+    return out[:48]
+
+
+class Block:
+    """A list of lines and nested blocks under an optional header (``for (...)``)."""
+
+    def __init__(self, header: str | None = None, var: str | None = None) -> None:
+        self.header = header
+        self.var = var  # the index variable this block binds (a loop), if any
+        self.items: list[str | Block] = []
+        self.cache: dict[Any, str] = {}
+        self.insert_at: int | None = None
+
+    def add(self, item: str | Block) -> None:
+        if self.insert_at is None:
+            self.items.append(item)
+        else:
+            self.items.insert(self.insert_at, item)
+            self.insert_at += 1
+
+    def render(self, indent: int) -> list[str]:
+        pad = "    " * indent
+        lines: list[str] = []
+        inner = indent
+        if self.header is not None:
+            lines.append(f"{pad}{self.header} {{")
+            inner = indent + 1
+        for it in self.items:
+            if isinstance(it, Block):
+                lines.extend(it.render(inner))
+            else:
+                lines.append(f"{'    ' * inner}{it}" if it else "")
+        if self.header is not None:
+            lines.append(f"{pad}}}")
+        return lines
+
+
+class Writer:
+    """Emits statements into the innermost open block; can emit into an outer one (hoisting)."""
+
+    def __init__(self) -> None:
+        self.root = Block()
+        self.stack: list[Block] = [self.root]
+        self._n = 0
+
+    def fresh(self, hint: str) -> str:
+        self._n += 1
+        return f"{sanitize(hint, 't')}{self._n}"
+
+    def line(self, text: str) -> None:
+        self.stack[-1].add(text)
+
+    @contextmanager
+    def block(self, header: str, var: str | None = None) -> Iterator[Block]:
+        b = Block(header, var)
+        self.stack[-1].add(b)
+        self.stack.append(b)
+        try:
+            yield b
+        finally:
+            self.stack.pop()
+
+    def lookup(self, key: Any) -> str | None:
+        for b in reversed(self.stack):
+            if key in b.cache:
+                return b.cache[key]
+        return None
+
+    def remember(self, key: Any, name: str) -> None:
+        self.stack[-1].cache[key] = name
+
+    def depth_for(self, exprs: list[str]) -> int:
+        """The innermost open block whose loop variable one of ``exprs`` uses (0: the root)."""
+        for depth in range(len(self.stack) - 1, 0, -1):
+            var = self.stack[depth].var
+            if var is not None and any(re.search(rf"\b{var}\b", e) for e in exprs):
+                return depth
+        return 0
+
+    @contextmanager
+    def at_depth(self, depth: int) -> Iterator[None]:
+        """Emit into ``stack[depth]``, just before the block that is open inside it."""
+        if depth >= len(self.stack) - 1:
+            yield
+            return
+        saved = self.stack
+        target = saved[depth]
+        old = target.insert_at
+        target.insert_at = len(target.items) - 1 if old is None else old
+        self.stack = saved[: depth + 1]
+        try:
+            yield
+        finally:
+            self.stack = saved
+            target.insert_at = old
+
+    def render(self, indent: int = 1) -> str:
+        return "\n".join(self.root.render(indent))

@@ -1,0 +1,73 @@
+"""From a bound graph to OpenCL C: plan kernels, pick layouts, render each kernel.
+
+``generate(graph)`` is pure (no device): it returns the plan and one ``KernelSource`` per
+planned kernel, which ``ncd compile --emit`` writes out and the runtime builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ncd.codegen import CODEGEN_RULES, KernelSource, render_kernel
+from ncd.codegen.stream import streamed_template
+from ncd.graph import Graph
+from ncd.kernel import FusionPlan
+from ncd_opencl.dialect import OPENCL, PREAMBLE
+from ncd_opencl.plan import choose_layouts, plan_for
+
+__all__ = ["Generated", "generate", "opencl_rules"]
+
+
+@attrs.frozen
+class Generated:
+    graph: Graph = attrs.field(eq=False, repr=False)
+    plan: FusionPlan = attrs.field(eq=False)
+    kernels: tuple[KernelSource, ...]
+    layouts: Mapping[int, tuple[Any, ...]]
+
+    @property
+    def source(self) -> str:
+        return PREAMBLE + "\n" + "\n".join(k.text for k in self.kernels)
+
+
+def opencl_rules() -> dict[type, Any]:
+    """The core rule table plus every ``Lowering`` registered for target ``opencl`` (their
+    ``kind`` names an op kind; the rule has the ``ncd.codegen.Rule`` shape)."""
+    from ncd.op import OP_KINDS
+    from ncd.plugins import registry
+
+    table: dict[type, Any] = dict(CODEGEN_RULES)
+    for kind, lowering in registry().lowerings_for("opencl").items():
+        cls = OP_KINDS.get(kind)
+        if cls is not None:
+            table[cls] = lowering.rule
+    return table
+
+
+def templates(tiled: bool = True) -> list[Any]:
+    from ncd_opencl.matmul import tiled_template
+
+    out: list[Any] = [streamed_template]
+    if tiled:
+        out.append(tiled_template)
+    return out
+
+
+def generate(graph: Graph, *, fuse: bool | str = True, tiled: bool = True) -> Generated:
+    plan = plan_for(graph, fuse)
+    layouts = choose_layouts(plan)
+    rules = opencl_rules()
+    tpl = templates(tiled)
+    kernels = []
+    seen: set[str] = set()
+    for k in plan.kernels:
+        src = render_kernel(k, OPENCL, rules, layouts, tpl)
+        if src.name in seen:  # kernel names must be unique within one program
+            src = attrs.evolve(src, name=f"{src.name}_{len(seen)}",
+                               text=src.text.replace(f" {src.name}(", f" {src.name}_{len(seen)}(", 1))
+        seen.add(src.name)
+        kernels.append(src)
+    return Generated(graph, plan, tuple(kernels), layouts)

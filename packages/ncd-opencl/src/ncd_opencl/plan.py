@@ -1,0 +1,142 @@
+"""Which kernels to generate: ``ncd.fuse`` when core provides it, else a small local planner.
+
+The local planner (documented in docs/opencl.md) keeps a value in memory when it is a graph
+output, has several consumers, or sits between two heavy ops (contraction, reduction,
+normaliser) -- except a normaliser whose output only feeds a contraction over its axis, which
+is streamed (flash). Everything else is inlined into its single consumer: elementwise chains,
+views, epilogues (bias, activation, residual add) of contractions and normalisers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ncd.axis import Axis
+from ncd.graph import Graph, Node
+from ncd.kernel import FusionPlan, Kernel, Partition, kernel_io, unfused
+from ncd.ops import _library as L
+
+__all__ = ["choose_layouts", "local_plan", "plan_for"]
+
+HEAVY = frozenset({"contraction", "reduction", "normaliser", "other"})
+STREAMABLE = (L.Softmax, L.L2Norm)
+
+
+def _heavy(node: Node) -> bool:
+    return node.op.category in HEAVY
+
+
+def _streamed(graph: Graph, i: int) -> bool:
+    """Node ``i`` is a streamable normaliser whose only consumer contracts its axis."""
+    node = graph.nodes[i]
+    if not isinstance(node.op, STREAMABLE):
+        return False
+    cs = graph.consumers[node.outputs[0]]
+    if len(cs) != 1 or node.outputs[0] in graph.outputs:
+        return False
+    c = graph.nodes[cs[0]].op
+    return isinstance(c, L.Einsum) and node.op.axis in c.contracted
+
+
+def _feeds_stream(graph: Graph, v: int) -> bool:
+    """Value ``v`` reaches a streamed normaliser through single-consumer elementwise ops."""
+    while True:
+        cs = graph.consumers[v]
+        if len(cs) != 1 or v in graph.outputs:
+            return False
+        node = graph.nodes[cs[0]]
+        if _streamed(graph, cs[0]):
+            return True
+        if node.op.category not in ("elementwise", "view"):
+            return False
+        v = node.outputs[0]
+
+
+def _inline(graph: Graph, i: int, v: int) -> bool:
+    node = graph.nodes[i]
+    cs = graph.consumers[v]
+    if v in graph.outputs or len(cs) != 1:
+        return False
+    consumer = graph.nodes[cs[0]]
+    if _streamed(graph, i) or _feeds_stream(graph, v):
+        return True
+    if node.op.category in ("view", "source"):
+        return True
+    if consumer.op.category in ("elementwise", "view"):
+        return True  # an epilogue: computed once per element where it is consumed
+    # the consumer reads every element many times (a contraction) or several times (a norm)
+    return not _heavy(node) and consumer.op.category != "contraction"
+
+
+def local_plan(graph: Graph) -> FusionPlan:
+    """Kernels rooted at every value kept in memory; each holds what it inlines."""
+    owner: dict[int, int] = {}  # node -> root node
+    for i in reversed(range(len(graph.nodes))):
+        node = graph.nodes[i]
+        v = node.outputs[0]
+        if len(node.outputs) == 1 and _inline(graph, i, v):
+            owner[i] = owner[graph.consumers[v][0]]
+        else:
+            owner[i] = i
+    groups: dict[int, list[int]] = {}
+    for i in range(len(graph.nodes)):
+        groups.setdefault(owner[i], []).append(i)
+    kernels = []
+    for root in sorted(groups):
+        nodes = groups[root]
+        ins, outs = kernel_io(graph, nodes)
+        kernels.append(Kernel(graph, nodes, ins, outs, _partitions(graph, nodes, outs),
+                              _name(graph, nodes, root)))
+    return FusionPlan(graph, kernels, ())
+
+
+def _partitions(graph: Graph, nodes: list[int], outs: tuple[int, ...]) -> list[Partition]:
+    streamed: list[Axis] = [graph.nodes[i].op.axis for i in nodes  # type: ignore[attr-defined]
+                            if _streamed(graph, i)]
+    parts = [Partition(a, "stream") for a in streamed]
+    serial = set(streamed)
+    for i in nodes:
+        if graph.nodes[i].op.category == "normaliser":
+            serial.update(a for g in graph.nodes[i].core_in for a in g)
+    last = graph.values[outs[-1]].axes if outs else ()
+    parts += [Partition(a, "group", 1, 1) for a in last if a not in serial]
+    return parts
+
+
+def _name(graph: Graph, nodes: list[int], root: int) -> str:
+    kinds = [graph.nodes[i].op.kind for i in nodes if graph.nodes[i].op.category != "view"]
+    body = "_".join(dict.fromkeys(kinds)) or graph.nodes[root].op.kind
+    return f"k{root}_{body}"[:40]
+
+
+def plan_for(graph: Graph, fuse: bool | str = True) -> FusionPlan:
+    """``fuse=False``: one kernel per node; ``"local"``: this module's planner; ``True``:
+    ``ncd.fuse`` when available (else the local planner)."""
+    if fuse is False:
+        return unfused(graph)
+    if fuse is True:
+        import ncd
+
+        fuser: Any = getattr(ncd, "fuse", None)
+        if fuser is not None:
+            try:
+                return fuser(graph)  # type: ignore[no-any-return]
+            except TypeError:
+                pass
+    return local_plan(graph)
+
+
+def choose_layouts(plan: FusionPlan) -> dict[int, tuple[Axis, ...]]:
+    """Storage order of intermediates: a value read by a Linear keeps its contracted axes
+    last and contiguous, so the tiled matmul reads rows with unit stride."""
+    g = plan.graph
+    kept = {v for k in plan.kernels for v in k.outputs} - set(g.outputs)
+    out: dict[int, tuple[Axis, ...]] = {}
+    for v in kept:
+        axes = g.values[v].axes
+        for c in g.consumers[v]:
+            op = g.nodes[c].op
+            if isinstance(op, L.Linear) and set(op.in_axes) <= set(axes):
+                out[v] = (*[a for a in axes if a not in op.in_axes], *op.in_axes)
+                break
+    return out
