@@ -123,12 +123,10 @@ def to_dot(d: Diagram, legend: bool = False) -> str:
     for k, v in enumerate(g.outputs):
         w.emit(1, f"out{k} [label={quote('output ' + str(k))}, shape=plaintext];")
         w.consumers.append((f"out{k}", v))
-    seen = set()
-    for name, v in w.consumers:
+    for name, v in w.consumers:  # one edge per use: x * x draws two wires into mul
         src = w.owner.get(v)
-        if not src or (src, name, v) in seen or src == name:
+        if not src:
             continue
-        seen.add((src, name, v))
         axes = g.values[v].axes
         colours = ":".join(a.colour for a in axes) or t.foreground
         style = ""

@@ -10,13 +10,14 @@ Every item knows the values it reads (``inputs``) and the values it hands outwar
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import attrs
 
 from ncd.axis import Axis
 from ncd.graph import Graph, Node
+from ncd.ops import Einsum, Linear, Reduce, View
 
 __all__ = ["TIMES", "Block", "Item", "OpBox", "Repeat", "build"]
 
@@ -49,6 +50,7 @@ class OpBox(Item):
     core_in: tuple[tuple[Axis, ...], ...] = ()
     core_out: tuple[tuple[Axis, ...], ...] = ()
     contracted: tuple[Axis, ...] = ()
+    through: tuple[tuple[Axis, Axis], ...] = ()
 
     @property
     def label(self) -> str:
@@ -140,18 +142,41 @@ def _fill(graph: Graph, block: Block, chains: list[tuple[int, ...]], depth: int 
     block.children = _repeats(graph, children) if repeat else children
 
 
+def _einsum_through(op: Any) -> list[tuple[Axis, Axis]]:
+    kept = {a for g in op.inputs for a in g} & set(op.output)
+    return [(a, a) for a in op.output if a in kept]
+
+
+def _view_through(op: Any) -> list[tuple[Axis, Axis]]:
+    """An input axis runs into every output axis it shares an elementary part with."""
+    parts = {a: set(p) for a, p in zip(op.out_axes, op.out_parts, strict=True)}
+    return [(i, o) for i, ip in zip(op.in_axes, op.in_parts, strict=True)
+            for o in op.out_axes if parts[o] & set(ip)]
+
+
+#: Per op class: the core axes summed away inside the box (their wires meet at a dot).
+CONTRACTED: dict[type, Callable[[Any], tuple[Axis, ...]]] = {
+    Einsum: lambda op: op.contracted,
+    Linear: lambda op: op.in_axes,
+    Reduce: lambda op: op.axes_,
+}
+#: Per op class: (input axis, output axis) pairs drawn running straight through the box.
+THROUGH: dict[type, Callable[[Any], list[tuple[Axis, Axis]]]] = {
+    Einsum: _einsum_through,
+    View: _view_through,
+}
+
+
 def _op_box(graph: Graph, i: int) -> OpBox:
     node = graph.nodes[i]
     op = node.op
-    contracted: tuple[Axis, ...] = tuple(getattr(op, "contracted", ()))
-    if not contracted and op.category in ("contraction", "reduction"):
-        # Linear and Reduce sum their input core axes away; show them joining like einsum's.
-        outs = {a for g in node.core_out for a in g}
-        contracted = tuple(dict.fromkeys(a for g in node.core_in for a in g if a not in outs))
+    contracted = CONTRACTED.get(type(op), lambda _: ())(op)
+    through = THROUGH.get(type(op), lambda _: [])(op)
     return OpBox(f"n{i}", list(node.inputs), list(node.outputs), node=i, op_label=op.label,
                  kind=op.kind, category=op.category,
                  learned=tuple(name for name, _ in node.params()), loop=node.loop,
-                 core_in=node.core_in, core_out=node.core_out, contracted=contracted)
+                 core_in=node.core_in, core_out=node.core_out, contracted=tuple(contracted),
+                 through=tuple(through))
 
 
 def _io(graph: Graph, nodes: list[int]) -> tuple[list[int], list[int]]:

@@ -232,14 +232,18 @@ class _Canvas:
             ET.SubElement(self.weave, "circle", {"cx": _f(dx), "cy": _f(dy), "r": "3.2",
                                                  "fill": t.contraction_dot, "class": "contraction-dot"})
         drawn: set[Axis] = set()
-        for p in n.ins:
+        in_y = {a: py for p in n.ins for a, py in zip(p.axes, p.ys)}
+        for p in n.ins:  # loop axes: every input carrying one weaves into the output
             for a, py in zip(p.axes, p.ys):
-                through = a in loop or (box.kind == "einsum" and a in out_port and a not in contracted)
-                if through and a in out_port:
-                    cls = "wire loop" if a in loop else "wire core"
+                if a in loop and a in out_port:
                     self.wire(self.weave, [(x, y + py), (x + n.w, y + out_port[a].y_of(a))], a,
-                              out_port[a].value, cls, halo=True)
+                              out_port[a].value, "wire loop", halo=True)
                     drawn.add(a)
+        for a, b in box.through:  # kept or renamed core axes run straight through
+            if a in in_y and b in out_port and b not in loop:
+                self.wire(self.weave, [(x, y + in_y[a]), (x + n.w, y + out_port[b].y_of(b))], b,
+                          out_port[b].value, "wire core", halo=True)
+                drawn.add(b)
         if dots and box.learned:  # a learned map's new axes leave its weight's dot
             cx, cyy = dots[0]
             for p in n.outs:
