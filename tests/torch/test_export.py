@@ -127,3 +127,26 @@ def test_multi_output_blocks():
     want = ncd.run(model, x[0], x[1])
     got = to_module(model)(torch.from_numpy(x[0]), torch.from_numpy(x[1]))
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+
+
+def test_attention_block_becomes_one_fused_call_and_others_do_not():
+    model = _gpt()
+    fused = dict(to_module(model).named_modules())["blocks.0.attn.attention"]
+    assert "scaled_dot_product_attention" in fused.code and "softmax" not in fused.code
+    plain = dict(to_module(model, fuse=False).named_modules())["blocks.0.attn.attention"]
+    assert "softmax" in plain.code and "scaled_dot_product_attention" not in plain.code
+    sph = nn.transformer_block(spherical=True).bind(seq=7, d_model=12, heads=2, d_head=5, d_ff=13)
+    code = dict(to_module(sph).named_modules())["attn.attention"].code
+    assert "l2norm" in code and "scaled_dot_product_attention" not in code
+
+
+def test_causal_attention_with_unequal_lengths_is_not_fused():
+    # PyTorch's is_causal aligns at the top left, ncd's mask at the end: only equal sizes fuse.
+    model = nn.attention(causal=True).bind(q=5, x=9, d=4, v=3)
+    module = to_module(model)
+    assert "scaled_dot_product_attention" not in module.code + "".join(
+        m.code for m in module.modules() if isinstance(m, torch.fx.GraphModule))
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(5, 4), (9, 4), (9, 3)])
+    got = module(*(torch.from_numpy(a) for a in (q, k, v))).detach().numpy()
+    np.testing.assert_allclose(got, ncd.run(model, q, k, v), rtol=1e-5, atol=1e-6)

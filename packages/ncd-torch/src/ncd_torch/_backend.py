@@ -30,11 +30,13 @@ def state_dict(params: Mapping[str, Any], dtype: Any = None) -> dict[str, Any]:
 
 class TorchExecutable(Executable):
     """Runs a model as an exported module on NumPy inputs. ``compile=True`` wraps the module in
-    ``torch.compile``; ``training=True`` enables dropout."""
+    ``torch.compile``; ``training=True`` enables dropout; ``fuse=False`` exports every block op
+    by op (see ``to_module``)."""
 
     def __init__(self, model: Any, *, compile: bool = False, training: bool = False,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", fuse: bool = True) -> None:
         self.model, self.use_compile, self.training, self.device = model, compile, training, device
+        self.fuse = fuse
         self._modules: dict[str, Any] = {}
 
     def module_for(self, graph: Any, dtype: Any) -> Any:
@@ -45,7 +47,7 @@ class TorchExecutable(Executable):
 
         key = f"{dtype}:{to_json(graph)}"
         if key not in self._modules:
-            module = to_module(graph, dtype=dtype).to(self.device).train(self.training)
+            module = to_module(graph, dtype=dtype, fuse=self.fuse).to(self.device).train(self.training)
             self._modules[key] = (module, torch.compile(module) if self.use_compile else module)
         return self._modules[key]
 

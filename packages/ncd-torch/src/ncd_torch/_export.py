@@ -22,6 +22,7 @@ from ncd.axis import Axis
 from ncd.errors import CompileError, SizeError
 from ncd.graph import Graph, Node
 from ncd.params import init
+from ncd_torch._definitions import DEFINITION_RULES
 from ncd_torch._plan import plan_modules, scope_chain
 from ncd_torch._rules import TORCH_RULES
 
@@ -158,8 +159,10 @@ class Emitter:
 class _Builder:
     """Builds the module tree bottom-up: children first, each a GraphModule in its holder."""
 
-    def __init__(self, graph: Graph, root: nn.Module, rules: Mapping[type, Any]) -> None:
+    def __init__(self, graph: Graph, root: nn.Module, rules: Mapping[type, Any],
+                 fuse: bool = True) -> None:
         self.graph = graph
+        self.fuse = fuse
         self.root = root
         self.rules = rules
         self.plan = plan_modules(graph)
@@ -197,6 +200,21 @@ class _Builder:
         em.fx.lint()
         return fx.GraphModule(holder, em.fx, class_name=_class_name(g.scopes[scope].name))
 
+    def _fused(self, scope: int, run: list[int], ins: list[int], outs: list[int]) -> Any:
+        """The block as one fused call when a definition rule matches it (else None)."""
+        rule = DEFINITION_RULES.get(self.graph.scopes[scope].name) if self.fuse else None
+        if rule is None:
+            return None
+        path = self.plan[scope]
+        em = Emitter(self.graph, _get(self.root, path), path)
+        for k, v in enumerate(ins):
+            em.bind(v, em.fx.placeholder(f"x{k}"))
+        results = rule(em, [self.graph.nodes[i] for i in run], ins, outs)
+        if results is None:
+            return None
+        em.fx.output(results[0] if len(results) == 1 else tuple(results))
+        return fx.GraphModule(em.holder, em.fx, _class_name(self.graph.scopes[scope].name))
+
     def _call_child(self, em: Emitter, child: int, run: list[int]) -> None:
         g = self.graph
         inside = set(run)
@@ -210,7 +228,7 @@ class _Builder:
         outs = [v for i in run for v in g.nodes[i].outputs if v in used_after or v in g.outputs]
         if not outs:
             return  # a definition whose results nothing reads
-        module = self.build(child, run, ins, outs)
+        module = self._fused(child, run, ins, outs) or self.build(child, run, ins, outs)
         rel = self.plan[child][len(em.path) + 1:] if em.path else self.plan[child]
         _put(em.holder, rel, module)
         call = em.fx.call_module(rel, tuple(em.env[v] for v in ins))
@@ -233,13 +251,15 @@ def _lowering_rules() -> dict[type, Any]:
 
 
 def to_module(model: Any, *, params: Mapping[str, Any] | None = None,
-              dtype: torch.dtype = torch.float32, seed: int = 0) -> fx.GraphModule:
+              dtype: torch.dtype = torch.float32, seed: int = 0,
+              fuse: bool = True) -> fx.GraphModule:
     """A ``torch.nn.Module`` (a ``torch.fx.GraphModule``) computing ``model``.
 
     Parameters are ``nn.Parameter``s named as ``ncd.init`` names them, filled from ``params``
     (``{name: array}``) or from ``ncd.init(model, seed)``. Sizes that no parameter fixes may stay
     free: they are read from the input shapes at run time. The module is returned in eval mode
     (dropout off), ncd's default semantics; call ``.train()`` to switch dropout on.
+    ``fuse=False`` writes every block op by op (no definition rules, see ``_definitions.py``).
     """
     graph = graph_of(model)
     root = nn.Module()
@@ -256,6 +276,6 @@ def to_module(model: Any, *, params: Mapping[str, Any] | None = None,
         tensor = array.detach().clone() if isinstance(array, torch.Tensor) else \
             torch.from_numpy(np.array(array))
         _put(root, name, nn.Parameter(tensor.to(dtype)))
-    builder = _Builder(graph, root, _lowering_rules())
+    builder = _Builder(graph, root, _lowering_rules(), fuse)
     module = builder.build(0, list(range(len(graph.nodes))), list(graph.inputs), list(graph.outputs))
     return module.eval()
