@@ -62,7 +62,9 @@ def _inline(graph: Graph, i: int, v: int) -> bool:
         return True
     if node.op.category in ("view", "source"):
         return True
-    if consumer.op.category in ("elementwise", "view"):
+    if consumer.op.category == "view":
+        return not _heavy(node)  # a heavy result seen through a view is read from memory
+    if consumer.op.category == "elementwise":
         return True  # an epilogue: computed once per element where it is consumed
     # the consumer reads every element many times (a contraction) or several times (a norm)
     return not _heavy(node) and consumer.op.category != "contraction"

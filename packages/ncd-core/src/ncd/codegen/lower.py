@@ -63,7 +63,9 @@ class KernelGen:
         self.w = Writer()
         self.buffers: dict[tuple[str, Any], Buffer] = {}
         self._names: set[str] = set()
-        self.bound: dict[int, str] = {}  # value id -> expression supplied by a template
+        # value id -> index -> expression, supplied by a template (a finished accumulator)
+        self.bound: dict[int, Any] = {}
+        self.alias = kernel.aliases if kernel.partitions else {}
 
     # -- names and buffers -----------------------------------------------------------------------
     def unique(self, hint: str, prefix: str = "v") -> str:
@@ -145,7 +147,7 @@ class KernelGen:
             )
         env = {a: index[a] for a in axes}
         if v in self.bound:
-            return self.bound[v]
+            return self.bound[v](env)  # type: ignore[no-any-return]
         if v not in self.made_here:
             b = self.value_buffer(v)
             return f"{b.name}[{b.address(env)}]"
@@ -155,10 +157,12 @@ class KernelGen:
             return hit
         node = self.graph.nodes[self.made_here[v]]
         rule = self.rule_for(node)
-        expr = rule(self, node, env)
         ctype = CTYPES.get(self.graph.values[v].dtype, "float")
-        name = self.let(expr, f"v{v}", ctype)
-        self.w.remember(key, name)
+        # a value depends only on its index: compute it in the outermost loop that fixes it
+        with self.w.at_depth(self.w.depth_for(list(env.values()))):
+            expr = rule(self, node, env)
+            name = self.let(expr, f"v{v}", ctype)
+            self.w.remember(key, name)
         return name
 
     def rule_for(self, node: Node) -> Any:
@@ -193,13 +197,26 @@ class KernelGen:
                 out.update(a for g in op.signature()[0] for a in g)
         return out
 
-    def render(self) -> KernelSource:
-        outs = self.kernel.outputs
-        if not outs:
-            raise ScheduleError(f"kernel {self.kernel.name} writes nothing")
-        last = self.graph.values[outs[-1]].axes
+    def grid(self) -> list[Axis]:
+        """The axes one work-item fixes: the plan's group partitions (one axis per rename
+        class), else the last output's axes that no member normalises or streams."""
         serial = self.serial_axes()
-        par = [a for a in last if a not in serial]
+        grouped = [a for a in self.kernel.grouped if a not in serial]
+        if grouped:
+            roots: dict[Axis, None] = {}
+            for a in grouped:
+                roots.setdefault(self.root(a))
+            return list(roots)
+        last = self.graph.values[self.kernel.outputs[-1]].axes
+        return [a for a in last if a not in serial]
+
+    def root(self, a: Axis) -> Axis:
+        while a in self.alias:
+            a = self.alias[a]
+        return a
+
+    def open_grid(self, par: list[Axis]) -> tuple[dict[Axis, str], int]:
+        """Declare the work-item's indices (the NDRange is flattened to one dimension)."""
         total = math.prod(self.size(a) for a in par)
         gid = self.unique("gid")
         self.w.line(f"const int {gid} = {self.dialect.gid(0)};")
@@ -214,15 +231,29 @@ class KernelGen:
             self.w.line(f"const int {i} = {expr};")
             env[a] = i
             step *= n
-        for v in outs:
+        for a in self.kernel.axes():  # renamed axes share their source's index
+            if a not in env and self.root(a) in env:
+                env[a] = env[self.root(a)]
+        return env, total
+
+    def render(self) -> KernelSource:
+        if not self.kernel.outputs:
+            raise ScheduleError(f"kernel {self.kernel.name} writes nothing")
+        par = self.grid()
+        env, total = self.open_grid(par)
+        for v in self.kernel.outputs:
             self.write(v, env, par)
-        local = 64 if total >= 64 else None
-        gsize = total if local is None else -(-total // local) * local
-        return self.source((gsize,), None if local is None else (local,), "pointwise")
+        return self.launch(total, "pointwise")
+
+    def launch(self, total: int, style: str, local: int = 64) -> KernelSource:
+        lsize = local if total >= local else None
+        gsize = total if lsize is None else -(-total // lsize) * lsize
+        return self.source((gsize,), None if lsize is None else (lsize,), style)
 
     def write(self, v: int, env: dict[Axis, str], par: Sequence[Axis]) -> None:
         axes = self.graph.values[v].axes
-        guards = [f"{env[a]} == 0" for a in par if a not in axes]
+        covered = {self.root(a) for a in axes}
+        guards = [f"{env[a]} == 0" for a in par if a not in axes and self.root(a) not in covered]
         loops = [a for a in axes if a not in env]
         out = self.value_buffer(v, output=True)
 

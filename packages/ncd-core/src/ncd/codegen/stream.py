@@ -12,7 +12,7 @@ in ``STREAM_ACCUMULATORS``, keyed by op class.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -24,7 +24,6 @@ from ncd.ops import _library as L
 
 __all__ = ["STREAM_ACCUMULATORS", "StreamAccumulator", "streamed_template"]
 
-MAX_ACC = 256  # elements of acc[] a work-item may keep in registers
 
 
 @attrs.frozen
@@ -69,22 +68,8 @@ STREAM_ACCUMULATORS: dict[type, StreamAccumulator] = {
 }
 
 
-def _find(gen: KernelGen) -> tuple[Node, Node, int] | None:
-    """(normaliser, contraction, index of the contraction's other input) or None."""
-    g = gen.graph
-    for i in gen.kernel.nodes:
-        c = g.nodes[i]
-        if not isinstance(c.op, L.Einsum) or len(c.inputs) != 2:
-            continue
-        for k, u in enumerate(c.inputs):
-            j = gen.made_here.get(u)
-            if j is None or type(g.nodes[j].op) not in STREAM_ACCUMULATORS:
-                continue
-            n = g.nodes[j]
-            x = n.op.axis  # type: ignore[attr-defined]
-            if x in c.op.contracted and g.consumers[u] == [i] and u not in gen.kernel.outputs:
-                return n, c, 1 - k
-    return None
+COMPLETING = frozenset({"sum", "mean", "max", "min", "online_softmax", "l2"})
+MAX_ACC_ELEMS = 4096  # a work-item's accumulators live in private memory (the stack on a CPU)
 
 
 def _causal_bound(gen: KernelGen, n: Node, x: Axis, env: dict[Axis, str]) -> str | None:
@@ -98,70 +83,151 @@ def _causal_bound(gen: KernelGen, n: Node, x: Axis, env: dict[Axis, str]) -> str
     return None
 
 
-def streamed_template(gen: KernelGen) -> KernelSource | None:
-    found = _find(gen)
-    if found is None:
-        return None
-    n, c, other = found
-    g = gen.graph
-    x: Axis = n.op.axis  # type: ignore[attr-defined]
-    out = c.outputs[0]
-    root = gen.kernel.outputs[-1]
-    if root != out or len(gen.kernel.outputs) != 1:
-        return None
-    u_axes = set(g.values[n.outputs[0]].axes)
-    rows = [a for a in g.values[out].axes if a in u_axes]
-    vaxes = [a for a in g.values[out].axes if a not in u_axes]
-    nv = math.prod(gen.size(a) for a in vaxes)
-    if nv > MAX_ACC or len(c.op.contracted) != 1:  # type: ignore[attr-defined]
-        return None
-    total = math.prod(gen.size(a) for a in rows)
-    gid = gen.unique("gid")
-    w = gen.w
-    w.line(f"const int {gid} = {gen.dialect.gid(0)};")
-    w.line(f"if ({gid} >= {total}) return;")
-    env: dict[Axis, str] = {}
-    step = 1
-    for a in reversed(rows):
-        i = gen.unique(f"i_{a.name}", "i")
-        q = gid if step == 1 else f"({gid} / {step})"
-        w.line(f"const int {i} = {q if step * gen.size(a) == total else f'{q} % {gen.size(a)}'};")
-        env[a] = i
-        step *= gen.size(a)
-    acc_rule = STREAM_ACCUMULATORS[type(n.op)]
-    st = acc_rule.init(gen, n)
-    acc = gen.unique("acc")
-    w.line(f"float {acc}[{nv}];")
-    w.line(f"for (int j = 0; j < {nv}; ++j) {acc}[j] = 0.0f;")
-    bound = _causal_bound(gen, n, x, env)
-    ix = gen.unique(f"i_{x.name}", "i")
-    limit = str(gen.size(x)) if bound is None else f"min({gen.size(x)}, {bound})"
-    with w.block(f"for (int {ix} = 0; {ix} < {limit}; ++{ix})", ix):
-        xenv = {**env, x: ix}
-        s = gen.load(n.inputs[0], xenv)
-        rescale, p = acc_rule.step(gen, n, st, s)
-        _over_v(gen, vaxes, xenv, lambda e, flat: w.line(
-            f"{acc}[{flat}] = " + (f"{acc}[{flat}] * {rescale} + " if rescale else f"{acc}[{flat}] + ")
-            + f"{p} * {gen.load(c.inputs[other], e)};"))
-    scale = gen.let(acc_rule.scale(gen, n, st), "scale")
-    ob = gen.value_buffer(out, output=True)
+class _Acc:
+    """One completing node's accumulator array over the output axes a work-item does not fix."""
 
-    def write(e: dict[Axis, str], flat: str) -> None:
-        w.line(f"{ob.name}[{ob.address(e)}] = {acc}[{flat}] * {scale};")
+    def __init__(self, gen: KernelGen, node: Node, env: dict[Axis, str]) -> None:
+        self.node = node
+        out = node.outputs[0]
+        self.free = [a for a in gen.graph.values[out].axes if a not in env]
+        self.n = math.prod(gen.size(a) for a in self.free)
+        self.name = gen.unique("acc")
+        self.state: dict[str, str] = {}
+        self.norm: Node | None = None
 
-    _over_v(gen, vaxes, env, write)
-    local = 16 if total >= 16 else None
-    gsize = total if local is None else -(-total // local) * local
-    return gen.source((gsize,), None if local is None else (local,), "streamed")
+    def flat(self, gen: KernelGen, index: Mapping[Axis, str]) -> str:
+        expr = ""
+        for a in self.free:
+            expr = index[a] if not expr else f"({expr}) * {gen.size(a)} + {index[a]}"
+        return expr or "0"
 
 
-def _over_v(gen: KernelGen, vaxes: list[Axis], env: dict[Axis, str],
-            body: Callable[[dict[Axis, str], str], Any]) -> None:
-    def go(e: dict[Axis, str], rest: list[Axis], flat: str) -> None:
+def _over(gen: KernelGen, axes: list[Axis], env: dict[Axis, str],
+          body: Callable[[dict[Axis, str]], Any]) -> None:
+    def go(e: dict[Axis, str], rest: list[Axis]) -> None:
         if not rest:
-            body(e, flat or "0")
+            body(e)
             return
         with gen.loop(rest[0]) as i:
-            go({**e, rest[0]: i}, rest[1:], i if not flat else f"{flat} * {gen.size(rest[0])} + {i}")
+            go({**e, rest[0]: i}, rest[1:])
 
-    go(dict(env), vaxes, "")
+    go(dict(env), axes)
+
+
+def _term(gen: KernelGen, node: Node, x: Axis, e: dict[Axis, str]) -> str:
+    """The product a contraction adds at one index of every contracted axis."""
+    op = node.op
+    if isinstance(op, L.Linear):
+        return f"{gen.load(node.inputs[0], e)} * {gen.param(node, 'weight', e)}"
+    return " * ".join(gen.load(v, e) for v in node.inputs)
+
+
+def _contracted(node: Node) -> tuple[Axis, ...]:
+    op = node.op
+    if isinstance(op, L.Linear):
+        return op.in_axes
+    if isinstance(op, L.Einsum):
+        return op.contracted
+    return op.axes_  # type: ignore[attr-defined, no-any-return]
+
+
+def streamed_template(gen: KernelGen) -> KernelSource | None:
+    """Render a kernel with a stream partition: grid over its group axes, one loop over the
+    streamed axis carrying every completing node's accumulator, then the epilogue."""
+    k = gen.kernel
+    if not k.streamed:
+        return None
+    x = k.streamed[0]
+    kinds = k.accumulators()
+    g = gen.graph
+    done = [i for i in k.nodes if kinds.get(i) in COMPLETING
+            and isinstance(g.nodes[i].op, L.Einsum | L.Linear | L.Reduce)]
+    if not done:
+        return None
+    par = [a for a in gen.grid() if a != x]
+    env, total = gen.open_grid(par)
+    accs = []
+    w = gen.w
+    for i in done:
+        node = g.nodes[i]
+        acc = _Acc(gen, node, env)
+        if acc.n > MAX_ACC_ELEMS:
+            return None
+        if kinds[i] in ("online_softmax", "l2"):
+            norms = [v for v in node.inputs if v in gen.made_here
+                     and type(g.nodes[gen.made_here[v]].op) in STREAM_ACCUMULATORS]
+            if len(norms) != 1 or len(node.inputs) != 2:
+                return None  # homogeneous maps between normaliser and contraction: pointwise
+            acc.norm = g.nodes[gen.made_here[norms[0]]]
+            acc.state = STREAM_ACCUMULATORS[type(acc.norm.op)].init(gen, acc.norm)
+        init = {"max": f"-{gen.dialect.inf}", "min": gen.dialect.inf}.get(
+            getattr(node.op, "fn", ""), "0.0f")
+        w.line(f"float {acc.name}[{acc.n}];")
+        w.line(f"for (int j = 0; j < {acc.n}; ++j) {acc.name}[j] = {init};")
+        accs.append(acc)
+    limit = str(gen.size(x))
+    if len(accs) == 1 and accs[0].norm is not None:
+        bound = _causal_bound(gen, accs[0].norm, x, env)
+        limit = limit if bound is None else f"min({limit}, {bound})"
+    ix = gen.unique(f"i_{x.name}", "i")
+    with w.block(f"for (int {ix} = 0; {ix} < {limit}; ++{ix})", ix):
+        xenv = {**env, x: ix}
+        for a in k.axes():
+            if a not in xenv and gen.root(a) == gen.root(x):
+                xenv[a] = ix
+        for acc in accs:
+            _step(gen, acc, x, xenv)
+    for acc in accs:
+        _bind(gen, acc)
+    for v in k.outputs:
+        gen.write(v, env, par)
+    return gen.launch(total, "streamed", 16)
+
+
+def _step(gen: KernelGen, acc: _Acc, x: Axis, xenv: dict[Axis, str]) -> None:
+    node, w, a = acc.node, gen.w, acc.name
+    if acc.norm is not None:
+        rule = STREAM_ACCUMULATORS[type(acc.norm.op)]
+        s = gen.load(acc.norm.inputs[0], xenv)
+        rescale, p = rule.step(gen, acc.norm, acc.state, s)
+        other = next(v for v in node.inputs if v != acc.norm.outputs[0])
+
+        def upd(e: dict[Axis, str]) -> None:
+            f = acc.flat(gen, e)
+            old = f"{a}[{f}] * {rescale}" if rescale else f"{a}[{f}]"
+            w.line(f"{a}[{f}] = {old} + {p} * {gen.load(other, e)};")
+
+        _over(gen, acc.free, xenv, upd)
+        return
+    inner = [c for c in _contracted(node) if c != x and c not in xenv]
+    fn = getattr(node.op, "fn", "sum")
+
+    def add(e: dict[Axis, str]) -> None:
+        f = acc.flat(gen, e)
+        t = gen.load(node.inputs[0], e) if isinstance(node.op, L.Reduce) else _term(gen, node, x, e)
+        if fn in ("max", "min"):
+            w.line(f"{a}[{f}] = {gen.fn('f' + fn)}({a}[{f}], {t});")
+        else:
+            w.line(f"{a}[{f}] += {t};")
+
+    _over(gen, acc.free, xenv, lambda e: _over(gen, inner, e, add))
+
+
+def _bind(gen: KernelGen, acc: _Acc) -> None:
+    node = acc.node
+    scale = ""
+    if acc.norm is not None:
+        scale = gen.let(STREAM_ACCUMULATORS[type(acc.norm.op)].scale(gen, acc.norm, acc.state),
+                        "scale")
+    elif getattr(node.op, "fn", "") == "mean":
+        scale = gen.lit(1.0 / math.prod(gen.size(c) for c in _contracted(node)))
+
+    def expr(index: Mapping[Axis, str]) -> str:
+        e = f"{acc.name}[{acc.flat(gen, index)}]"
+        if scale:
+            e = f"({e} * {scale})"
+        if isinstance(node.op, L.Linear) and node.op.bias:
+            e = f"({e} + {gen.param(node, 'bias', index)})"
+        return e
+
+    gen.bound[node.outputs[0]] = expr
