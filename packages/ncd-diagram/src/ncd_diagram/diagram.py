@@ -100,20 +100,20 @@ class Diagram:
         lay = self.layout
         boxes: dict[str, Any] = {}
         wires: list[dict[str, Any]] = []
-        r2 = lambda v: round(v, 2)
+
         layouts = [(lay, 0.0, 0.0)]
         for _, n, x, y, _ in walk(lay):
             assert n.item is not None
-            boxes[n.item.id] = {"x": r2(x), "y": r2(y), "w": r2(n.w), "h": r2(n.h)}
+            boxes[n.item.id] = {"x": _r2(x), "y": _r2(y), "w": _r2(n.w), "h": _r2(n.h)}
             if n.inner is not None:
                 layouts.append((n.inner, x + n.inner_dx, y + n.inner_dy))
         for sub, ox, oy in layouts:
             for r in sub.routes:
                 for a in sub.nodes[r.src[0]].outs[r.src[1]].axes:
                     wires.append({"value": r.value, "axis": a.uid,
-                                  "points": [[r2(px), r2(py)] for px, py in
+                                  "points": [[_r2(px), _r2(py)] for px, py in
                                              route_points(sub, r, a, ox, oy)]})
-        return {"width": r2(lay.w), "height": r2(lay.h), "boxes": boxes, "wires": wires}
+        return {"width": _r2(lay.w), "height": _r2(lay.h), "boxes": boxes, "wires": wires}
 
     def render(self, fmt: str = "svg", legend: bool = False) -> str | bytes:
         """``svg`` (native), ``json``, ``dot`` (text), or through Graphviz ``png``/``pdf``/
@@ -168,7 +168,10 @@ def save(model: Any, path: str | os.PathLike[str], fmt: str | None = None, *,
         fmt = "gv.svg" if path.endswith(".gv.svg") else os.path.splitext(path)[1].lstrip(".").lower()
         fmt = {"gv": "dot"}.get(fmt, fmt)
     data = draw(model, fmt, legend=legend, **options)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(path, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
-        f.write(data)
+    with open(path, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
     return path
+
+
+def _r2(v: float) -> float:
+    return round(v, 2)

@@ -116,6 +116,7 @@ class _Canvas:
         if isinstance(item, OpBox):
             self.op(n, item, x, y)
             return
+        assert isinstance(item, Block | Repeat)
         t = self.t
         body = item.body if isinstance(item, Repeat) else item
         assert isinstance(body, Block)
