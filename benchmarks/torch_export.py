@@ -84,7 +84,7 @@ def hand_state(params: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
             t = t.reshape(-1)
         elif name.endswith("o.weight"):
             t = t.reshape(t.shape[0], -1)
-        out[name.replace(".ln_1.", ".ln_1.").replace(".ln_2.", ".ln_2.")] = t
+        out[name] = t
     return out
 
 

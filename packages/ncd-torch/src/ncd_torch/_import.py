@@ -18,11 +18,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ncd import ops
-from ncd._trace import trace
+from ncd import ops, trace
 from ncd.axis import ArrayType, Axis
 from ncd.op import Op
-from ncd.ops import _library as L
 from ncd_torch._import_axes import AxisTable
 from ncd_torch._import_rules import ACTIVATIONS, IMPORT_RULES, VIEWS, TorchImportError
 
@@ -214,7 +212,7 @@ class Capture:
     def _view(self, node: Any, key: str, ins: list[int], outs: list[int], in_parts: list[Any],
               out_parts: list[Any], dims: list[Any]) -> str:
         A = self.axis
-        op = L.View(tuple(A(v) for v in ins), tuple(A(v) for v in outs),
+        op = ops.View(tuple(A(v) for v in ins), tuple(A(v) for v in outs),
                     tuple(tuple(A(v) for v in p) for p in in_parts),
                     tuple(tuple(A(v) for v in p) for p in out_parts))
         out = self.op(node, op, [key])
@@ -255,7 +253,7 @@ class Capture:
         array = self.param(arg)
         self._pending.clear()
         dims = [self.axes.new(n, f"{name.split('.')[-1]}_{i}", 0) for i, n in enumerate(array.shape)]
-        out = self._record(user, L.Learned(tuple(self.axis(v) for v in dims), name=name), [],
+        out = self._record(user, ops.Learned(tuple(self.axis(v) for v in dims), name=name), [],
                            {"weight": (array, fqn)})
         self.dims[arg.name] = dims
         self.ref[arg.name] = out
@@ -459,7 +457,7 @@ def from_torch(module: Any, example_inputs: Sequence[Any]) -> Imported:
             want = tuple(c.axes.axis(v) for v in c._vars(c.dims[name]))
             t = env[k]
             if t.axes != want:  # ncd orders axes by lifting; restore PyTorch's dim order
-                t = ops.prim(L.View(t.axes, want, tuple((a,) for a in t.axes),
+                t = ops.prim(ops.View(t.axes, want, tuple((a,) for a in t.axes),
                                     tuple((a,) for a in want), name="to_torch_order"))(t)
             results.append(t)
         return tuple(results) if len(results) > 1 else results[0]

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ncd import ops as L
 from ncd.errors import NcdError
-from ncd.ops import _library as L
 
 if TYPE_CHECKING:
     from ncd_torch._import import Capture

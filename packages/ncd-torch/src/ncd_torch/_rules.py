@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from ncd.ops import _library as L
+from ncd import ops as L
 from ncd_torch import _functional as fn
 
 if TYPE_CHECKING:
