@@ -26,7 +26,7 @@ from ncd.graph import Graph
 from ncd.kernel import Boundary, FusionPlan, Kernel, Partition, kernel_io
 from ncd.streaming import HOMOGENEOUS, NORMALISER_KINDS, REDUCING, analyse_stream, is_rename, role
 
-__all__ = ["axis_labels", "fuse", "tile_symbol"]
+__all__ = ["axis_labels", "fuse", "groupable_axes", "tile_symbol"]
 
 
 def axis_labels(graph: Graph) -> dict[str, str]:
@@ -140,6 +140,12 @@ def _grid(graph: Graph, nodes: Sequence[int], stream: Axis | None) -> list[Axis]
         if ok:
             out.append(r)
     return out
+
+
+def groupable_axes(graph: Graph, nodes: Sequence[int], stream: Axis | None = None) -> list[Axis]:
+    """Axes (alias roots) a kernel of ``nodes`` can group at level 0: every node lifts or maps
+    them index for index, and ``stream`` is not one of them."""
+    return _grid(graph, nodes, stream)
 
 
 def _internal_reduced(graph: Graph, nodes: Sequence[int]) -> list[Axis]:

@@ -131,3 +131,25 @@ def gpt(layers: int = 2, *, seq: AxisArg = "seq", d_model: AxisArg = "d_model",
         return ops.linear(dm, vc, bias=False, name="lm_head")(ln_f(x))  # type: ignore[no-any-return]
 
     return model
+
+
+def moe(seq: AxisArg = "seq", d_model: AxisArg = "d_model", d_ff: AxisArg = "d_ff",
+        experts: AxisArg = "experts", *, k: int = 2, activation: str = "gelu",
+        label: str = "moe") -> Term:
+    """A mixture of experts: a linear router over ``experts``, top-``k`` gates (softmax over the
+    k best scores, zero elsewhere) and the gate-weighted sum of the selected expert MLPs."""
+    from ncd.ops._routing import Experts, TopKGate
+
+    s, dm, ff, ex = _ax("seq", seq), _ax("d_model", d_model), _ax("d_ff", d_ff), _ax("experts", experts)
+    router = ops.linear(dm, ex, bias=False, name="router")
+    gate = ops.prim(TopKGate(ex, k, name="gate"))
+    bank = ops.prim(Experts(ex, dm, ff, k, activation, name="experts"))
+
+    @trace(inputs=[ArrayType((s, dm))], name="moe", label=label)
+    def body(x: Tensor) -> Tensor:
+        return bank(x, gate(router(x)))  # type: ignore[no-any-return]
+
+    return body
+
+
+from ncd.ops import _routing as _routing  # noqa: E402  (registers the routing ops at import)

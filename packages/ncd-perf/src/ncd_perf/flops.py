@@ -1,0 +1,125 @@
+"""FLOPs by kind for each op, as a rule table keyed by op class.
+
+Kinds: ``matrix`` (contractions: tensor cores / FMA arrays), ``vector`` (elementwise arithmetic
+and reductions), ``special`` (transcendental functions: exp, tanh, sqrt... on special-function
+units). A rule gets the node and a function mapping an axis to its size expression, and returns
+``{kind: count}``; counts include the node's loop (lifted) axes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import sympy as sp
+from ncd.graph import Node
+from ncd.op import Op
+from ncd.ops import _library as L
+from ncd.ops import _routing as R
+
+__all__ = ["FLOP_RULES", "flops"]
+
+Size = Callable[[Any], sp.Expr]
+FlopRule = Callable[[Any, Node, Size], dict[str, sp.Expr]]
+
+FLOP_RULES: dict[type[Op], FlopRule] = {}
+
+SPECIAL_UNARY = {"exp", "log", "sqrt", "rsqrt", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"}
+
+
+def rule(*classes: type[Op]) -> Callable[[FlopRule], FlopRule]:
+    def deco(fn: FlopRule) -> FlopRule:
+        for c in classes:
+            FLOP_RULES[c] = fn
+        return fn
+
+    return deco
+
+
+def _prod(axes: Any, size: Size) -> sp.Expr:
+    return sp.Mul(*(size(a) for a in axes)) if axes else sp.Integer(1)
+
+
+def _out(node: Node, size: Size) -> sp.Expr:
+    """Elements of the node's first output (loop axes included)."""
+    return _prod((*node.loop, *node.core_out[0]), size)
+
+
+@rule(L.Einsum)
+def _einsum(op: L.Einsum, node: Node, size: Size) -> dict[str, sp.Expr]:
+    every = {a: None for g in op.inputs for a in g}
+    n = _prod((*node.loop, *every), size)
+    # one multiply-add per point of the iteration space, per extra operand
+    return {"matrix": 2 * n * max(1, len(op.inputs) - 1) if op.contracted else n}
+
+
+@rule(L.Linear)
+def _linear(op: L.Linear, node: Node, size: Size) -> dict[str, sp.Expr]:
+    n = _prod((*node.loop, *op.in_axes, *op.out_axes), size)
+    return {"matrix": 2 * n, "vector": _out(node, size) if op.bias else sp.Integer(0)}
+
+
+@rule(L.Unary)
+def _unary(op: L.Unary, node: Node, size: Size) -> dict[str, sp.Expr]:
+    kind = "special" if op.fn in SPECIAL_UNARY else "vector"
+    return {kind: _out(node, size)}
+
+
+@rule(L.Binary, L.Scalar, L.Scale, L.CausalMask, L.Dropout)
+def _elementwise(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
+    return {"vector": _out(node, size)}
+
+
+@rule(L.Reduce)
+def _reduce(op: L.Reduce, node: Node, size: Size) -> dict[str, sp.Expr]:
+    return {"vector": _prod((*node.loop, *op.axes_), size)}
+
+
+@rule(L.Softmax)
+def _softmax(op: L.Softmax, node: Node, size: Size) -> dict[str, sp.Expr]:
+    n = _out(node, size)
+    return {"special": n, "vector": 4 * n}  # max, subtract, sum, divide; one exp each
+
+
+@rule(L.L2Norm)
+def _l2norm(op: L.L2Norm, node: Node, size: Size) -> dict[str, sp.Expr]:
+    n = _out(node, size)
+    rows = _prod(node.loop, size)
+    return {"vector": 3 * n, "special": rows}  # square, sum, divide; one sqrt per row
+
+
+@rule(L.LayerNorm, L.RMSNorm)
+def _norm(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
+    n = _out(node, size)
+    return {"vector": 7 * n, "special": _prod(node.loop, size)}  # one rsqrt per row
+
+
+@rule(L.View, L.Constant, L.Learned, L.Embedding)
+def _free(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
+    return {}
+
+
+@rule(R.TopKGate)
+def _topk(op: R.TopKGate, node: Node, size: Size) -> dict[str, sp.Expr]:
+    n = _out(node, size)
+    k = sp.Integer(op.k)
+    return {"vector": n * sp.Integer(max(1, math.ceil(math.log2(op.k + 1)))) + 3 * k * n / size(op.axis),
+            "special": k * n / size(op.axis)}
+
+
+@rule(R.Experts)
+def _experts(op: R.Experts, node: Node, size: Size) -> dict[str, sp.Expr]:
+    tokens = _prod(node.loop, size)
+    k, d, f = sp.Integer(op.k), size(op.d_model), size(op.d_ff)
+    # each token runs only its k routed experts: two d x f matmuls each, plus the gate mix
+    return {"matrix": tokens * k * 4 * d * f, "special": tokens * k * f,
+            "vector": tokens * k * (f + 3 * d)}
+
+
+def flops(node: Node, size: Size) -> dict[str, sp.Expr]:
+    """``{kind: count}`` for one node (an op without a rule counts one vector op per output)."""
+    fn = FLOP_RULES.get(type(node.op))
+    if fn is None:
+        return {"vector": _out(node, size)} if node.core_out else {}
+    return {k: v for k, v in fn(node.op, node, size).items() if v != 0}

@@ -1,0 +1,160 @@
+"""Transfers H and resident memory M of one kernel, as sympy formulas in sizes and tiles.
+
+The napkin model (Abbott & Zardini, *FlashAttention on a Napkin*, sec. 4): a kernel groups some
+axes into tiles ``t_g`` and streams at most one axis ``s``. Each instance reads its tile of every
+input and parameter and writes its tile of every output, so a value ``v`` moves
+``|v| * prod(n_g / t_g for grouped g not in v)`` elements: it is re-read once per tile of each
+grouped axis it lacks. Resident memory is the tile extent of every value that does not carry
+the streamed axis (chunks of ``s`` are lower order, the paper's leading-order model), plus the
+accumulator state of normalised contractions (running max and sum per row for softmax, the
+running sum of squares for L2). Nothing here knows about attention or matmul: the formulas
+follow from the partitions and from ``ncd.streaming``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy as sp
+from ncd.axis import Axis, dtype_bytes
+from ncd.errors import ScheduleError
+from ncd.fusion import axis_labels, groupable_axes
+from ncd.graph import Graph
+from ncd.kernel import Kernel
+from ncd.streaming import REDUCING, analyse_stream, is_rename, role
+
+__all__ = ["KernelFormulas", "size_function"]
+
+#: accumulator kind -> state values per output row (running max and sum; sum of squares).
+ACCUMULATOR_STATE = {"online_softmax": 2, "l2": 1}
+
+
+def size_function(graph: Graph, per_device: dict[str, int] | None = None) -> Callable[[Axis], sp.Expr]:
+    """axis -> its size: an Integer when bound, else a positive Symbol named by config label;
+    labels in ``per_device`` are divided among that many devices."""
+    labels = axis_labels(graph)
+    split = per_device or {}
+
+    def size(a: Axis) -> sp.Expr:
+        n = graph.size(a) if a.uid in graph.axis_by_uid else a.size
+        label = labels.get(a.uid, a.name)
+        expr = sp.Integer(n) if n is not None else sp.Symbol(label, positive=True)
+        return expr / split[label] if label in split else expr
+
+    return size
+
+
+class KernelFormulas:
+    """Symbolic H and M of a kernel under its partition structure (groups + one stream)."""
+
+    def __init__(self, kernel: Kernel, size: Callable[[Axis], sp.Expr], dtype: str | None = None,
+                 optional_stream: bool = True) -> None:
+        self.kernel, self.size = kernel, size
+        graph = self.graph = kernel.graph
+        self.alias = {a: kernel.aliases.get(a, a) for a in kernel.axes()}
+        root = self.root
+        level0 = kernel.partitions_at(0)
+        if level0:
+            self.groups = list(dict.fromkeys(root(p.axis) for p in level0 if p.kind == "group"))
+            streams = [p.axis for p in level0 if p.kind == "stream"]
+        else:
+            self.groups = list(groupable_axes(graph, kernel.nodes, None))
+            streams = []
+        self.stream: Axis | None = streams[0] if streams else None
+        if self.stream is None and optional_stream:
+            self.stream = self._optional_stream()
+        self.kinds = (analyse_stream(graph, kernel.nodes, self.stream, kernel.outputs).kinds
+                      if self.stream is not None else {})
+        names: dict[str, int] = {}
+        self.tiles: dict[Axis, sp.Symbol] = {}
+        for g in self.groups:
+            k = names[g.name] = names.get(g.name, 0) + 1
+            self.tiles[g] = sp.Symbol(f"t_{g.name}" + (f"_{k}" if k > 1 else ""), positive=True)
+        self.dtype = dtype
+        self._values()
+
+    def root(self, a: Axis) -> Axis:
+        while a in self.alias and self.alias[a] != a:
+            a = self.alias[a]
+        return a
+
+    def _optional_stream(self) -> Axis | None:
+        """A contracted axis of a value read from memory: streaming it keeps only the output
+        tile resident (the matmul schedule). ``None`` when there is none, or it cannot stream."""
+        graph, k = self.graph, self.kernel
+        reads = set(k.inputs)
+        for i in k.nodes:
+            n = graph.nodes[i]
+            for v, core in zip(n.inputs, n.core_in, strict=True):
+                for a in core:
+                    if v in reads and role(n, a) in REDUCING and self.root(a) not in self.groups:
+                        try:
+                            analyse_stream(graph, k.nodes, a, k.outputs)
+                        except ScheduleError:
+                            continue
+                        return a
+        return None
+
+    def _bytes(self, dtype: str) -> float:
+        return float(dtype_bytes(self.dtype if self.dtype and dtype.startswith(("float", "bfloat"))
+                                 else dtype))
+
+    def _values(self) -> None:
+        """(axes, bytes per element, role) of inputs, parameters, outputs and internal values."""
+        graph, k = self.graph, self.kernel
+        entries: list[tuple[tuple[Axis, ...], float, str]] = []
+        for v in k.inputs:
+            t = graph.values[v]
+            entries.append((t.axes, self._bytes(t.dtype), "in"))
+        for i in k.nodes:
+            n = graph.nodes[i]
+            floats = [graph.values[v].dtype for v in n.inputs if graph.values[v].is_float]
+            pdtype = floats[0] if floats else "float32"
+            for _, p in n.params():
+                entries.append((p.axes, self._bytes(pdtype), "in"))
+        outs = set(k.outputs)
+        for i in k.nodes:
+            n = graph.nodes[i]
+            for v in n.outputs:
+                t = graph.values[v]
+                # a rename's output is its input under a new name: no new storage
+                kind = "out" if v in outs else ("alias" if is_rename(n.op) else "internal")
+                entries.append((t.axes, self._bytes(t.dtype), kind))
+        self.entries = entries
+
+    def _extent(self, axes: tuple[Axis, ...], tiles: dict[Axis, sp.Expr]) -> sp.Expr:
+        return sp.Mul(*(tiles[self.root(a)] if self.root(a) in tiles else self.size(a) for a in axes))
+
+    def _reuse(self, axes: tuple[Axis, ...], tiles: dict[Axis, sp.Expr]) -> sp.Expr:
+        have = {self.root(a) for a in axes}
+        return sp.Mul(*(self.size(g) / tiles[g] for g in tiles if g not in have))
+
+    def transfers(self, unit: str = "elements") -> sp.Expr:
+        """H: elements (or bytes) moved between the level above and this one, in the tiles."""
+        tiles: dict[Axis, sp.Expr] = dict(self.tiles)
+        total = sp.Integer(0)
+        for axes, nbytes, kind in self.entries:
+            if kind in ("in", "out"):
+                n = sp.Mul(*(self.size(a) for a in axes)) * self._reuse(axes, tiles)
+                total += n * (sp.Float(nbytes) if unit == "bytes" and nbytes != 1 else 1)
+        return sp.expand(total) if unit == "elements" else total
+
+    def resident(self, unit: str = "elements") -> sp.Expr:
+        """M: the leading-order footprint of one instance (see the module docstring)."""
+        tiles: dict[Axis, sp.Expr] = dict(self.tiles)
+        s = self.root(self.stream) if self.stream is not None else None
+        total = sp.Integer(0)
+        for axes, nbytes, kind in self.entries:
+            if kind == "alias" or (s is not None and any(self.root(a) == s for a in axes)):
+                continue
+            total += self._extent(axes, tiles) * (nbytes if unit == "bytes" else 1)
+        for i, kind in self.kinds.items():
+            if kind in ACCUMULATOR_STATE and self.graph.nodes[i].op.category == "normaliser":
+                (v,) = self.graph.nodes[i].outputs
+                rows = tuple(a for a in self.graph.values[v].axes if self.root(a) != s)
+                total += ACCUMULATOR_STATE[kind] * self._extent(rows, tiles) * (4 if unit == "bytes" else 1)
+        return total
+
+    def group_sizes(self) -> dict[sp.Symbol, sp.Expr]:
+        """tile symbol -> the size of its axis (the largest tile)."""
+        return {t: self.size(g) for g, t in self.tiles.items()}

@@ -1,0 +1,245 @@
+"""The cost of a kernel and of a whole model on a machine: ``cost`` and ``optimise``.
+
+For every kernel of the fusion plan (``ncd.fuse``, or one kernel per op with ``fuse=False``)
+and every memory level below the backing store, tiles are chosen for that level's capacity
+(``tiles.py``) and the kernel's formulas (``formulas.py``) give the level's transfers H and
+resident memory M. FLOPs come by kind from ``flops.py``. With numbers, the roofline time of a
+kernel is its launch latency plus the largest of: FLOPs of each kind over that kind's rate, the
+bytes of each level over its fill bandwidth, and its collective communication (``distributed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import sympy as sp
+from ncd.fusion import fuse as plan_fusion
+from ncd.graph import Graph
+from ncd.kernel import FusionPlan, Kernel, unfused
+
+from ncd_perf.distributed import Collective, collectives
+from ncd_perf.flops import flops
+from ncd_perf.formulas import KernelFormulas, size_function
+from ncd_perf.machine import Machine, load_machine
+from ncd_perf.tiles import TileChoice, choose_tiles
+
+__all__ = ["KernelCost", "LevelCost", "ModelCost", "cost", "optimise"]
+
+
+@attrs.define
+class LevelCost:
+    """One level of one kernel: tiles, transfers H (elements and bytes), resident M."""
+
+    level: int
+    name: str
+    tiles: dict[sp.Symbol, sp.Expr]
+    transfers: sp.Expr
+    bytes: sp.Expr
+    resident: sp.Expr
+    fits: bool
+    method: str
+    time: float | None = None
+
+
+@attrs.define
+class KernelCost:
+    kernel: Kernel
+    formulas: KernelFormulas
+    flops: dict[str, sp.Expr]
+    dtype: str
+    levels: list[LevelCost]
+    collectives: list[Collective]
+    time: float | None = None
+    bottleneck: str = ""
+    parts: dict[str, float] = attrs.field(factory=dict)
+
+    @property
+    def transfers(self) -> sp.Expr:
+        """Transfers at level 1 (the backing store to the first fast level), in elements."""
+        return self.levels[0].transfers if self.levels else sp.Integer(0)
+
+    def schedule_text(self) -> str:
+        f = self.formulas
+        parts = [f"group {g.name} ({f.tiles[g]} = {self._tile(f.tiles[g])})" for g in f.groups]
+        if f.stream is not None:
+            parts.append(f"stream {f.stream.name}")
+        ops = ", ".join(n.op.label for n in self.kernel.ops)
+        return f"{self.kernel.name}: [{ops}] " + ", ".join(parts or ["one instance"])
+
+    def _tile(self, sym: sp.Symbol) -> str:
+        vals = [str(lv.tiles.get(sym, "?")) for lv in self.levels]
+        return " / ".join(vals) if vals else str(sym)
+
+
+@attrs.define
+class ModelCost:
+    """The priced plan: ``kernels`` (each a ``KernelCost``), totals, and printable views."""
+
+    plan: FusionPlan
+    machine: Machine
+    kernels: list[KernelCost]
+
+    @property
+    def transfers(self) -> sp.Expr:
+        """Total level-1 transfers in elements (a sympy expression in config labels)."""
+        return sp.simplify(sp.Add(*(k.transfers for k in self.kernels)))
+
+    def transfers_at(self, level: int, unit: str = "elements") -> sp.Expr:
+        out = sp.Integer(0)
+        for k in self.kernels:
+            for lv in k.levels:
+                if lv.level == level:
+                    out += lv.transfers if unit == "elements" else lv.bytes
+        return sp.simplify(out)
+
+    @property
+    def flops(self) -> dict[str, sp.Expr]:
+        total: dict[str, sp.Expr] = {}
+        for k in self.kernels:
+            for kind, n in k.flops.items():
+                total[kind] = total.get(kind, sp.Integer(0)) + n
+        return {kind: sp.simplify(n) for kind, n in total.items()}
+
+    @property
+    def time(self) -> float | None:
+        times = [k.time for k in self.kernels]
+        return None if any(t is None for t in times) else float(sum(times))  # type: ignore[arg-type]
+
+    @property
+    def schedule(self) -> str:
+        return "\n".join(k.schedule_text() for k in self.kernels)
+
+    def __str__(self) -> str:
+        from ncd_perf.report import table
+
+        return table(self)
+
+
+def _key(kernel: Kernel) -> tuple[Any, ...]:
+    """Kernels of identical ops, types and partitions (the layers of a GPT) cost the same."""
+    g = kernel.graph
+    return (tuple((n.op, n.loop, tuple(g.values[v] for v in n.inputs)) for n in kernel.ops),
+            tuple(g.values[v] for v in kernel.inputs), tuple(g.values[v] for v in kernel.outputs),
+            kernel.partitions)
+
+
+def _graph(model: Any, bind: Mapping[str, int] | None) -> Graph:
+    from ncd._term import Term
+
+    if isinstance(model, Term):
+        model = model.bind(**bind) if bind else model
+        return model.graph
+    if isinstance(model, Graph):
+        return model.bind(dict(bind)) if bind else model
+    raise TypeError(f"expected an ncd model or graph, got {type(model).__name__}")
+
+
+def cost(model: Any, machine: Machine | str = "h100", *, fuse: bool = True,
+         bind: Mapping[str, int] | None = None, dtype: str | None = None,
+         parallel: Mapping[str, int] | None = None, plan: FusionPlan | None = None) -> ModelCost:
+    """Price ``model`` on ``machine``.
+
+    ``fuse=False`` prices one kernel per op; ``bind`` binds sizes; ``dtype`` re-types every
+    float wire (quantisation: ``"bfloat16"``, ``"float8"``); ``parallel`` spans config labels
+    over devices (``{"heads": 8}`` is tensor parallel attention, ``{"experts": 8}`` expert
+    parallel MoE)."""
+    machine = load_machine(machine)
+    graph = _graph(model, bind)
+    if plan is None:
+        plan = plan_fusion(graph) if fuse else unfused(graph)
+    size = size_function(graph, dict(parallel or {}))
+    cache: dict[tuple[Any, ...], tuple[KernelFormulas, list[LevelCost]]] = {}
+    kernels = []
+    for kernel in plan.kernels:
+        key = _key(kernel)
+        if key not in cache:
+            f = KernelFormulas(kernel, size, dtype)
+            cache[key] = (f, _levels(f, machine))
+        f, levels = cache[key]
+        kc = KernelCost(kernel, f, _flops(kernel, size), _dtype(kernel, dtype), levels,
+                        collectives(kernel, size, dict(parallel or {}), dtype))
+        _roofline(kc, machine)
+        kernels.append(kc)
+    return ModelCost(plan, machine, kernels)
+
+
+def optimise(model: Any, machine: Machine | str = "h100", **options: Any) -> ModelCost:
+    """``cost`` with fusion: the planner's kernels (streamed where streamable) with tiles that
+    minimise every level's transfers under its capacity. ``.schedule`` prints them."""
+    return cost(model, machine, fuse=True, **options)
+
+
+def _dtype(kernel: Kernel, override: str | None) -> str:
+    if override:
+        return override
+    g = kernel.graph
+    floats = [g.values[v].dtype for v in kernel.outputs if g.values[v].is_float]
+    return floats[0] if floats else "float32"
+
+
+def _flops(kernel: Kernel, size: Any) -> dict[str, sp.Expr]:
+    total: dict[str, sp.Expr] = {}
+    for n in kernel.ops:
+        for kind, c in flops(n, size).items():
+            total[kind] = total.get(kind, sp.Integer(0)) + c
+    return total
+
+
+def _levels(f: KernelFormulas, machine: Machine) -> list[LevelCost]:
+    h, hb = f.transfers("elements"), f.transfers("bytes")
+    out = []
+    upper: dict[sp.Symbol, sp.Expr] | None = None
+    sizes = f.group_sizes()
+    for i, lv in enumerate(machine.levels[1:], start=1):
+        m = f.resident(lv.unit)
+        choice: TileChoice = choose_tiles(h, m, sizes, lv.capacity, upper)
+        vals = choice.values
+        out.append(LevelCost(i, lv.name, vals, sp.simplify(h.subs(vals)), hb.subs(vals),
+                             sp.simplify(m.subs(vals)), choice.fits, choice.method))
+        if all(isinstance(v, sp.Integer) for v in vals.values()):
+            upper = dict(vals)  # inner tiles nest inside the outer ones
+    return out
+
+
+def _number(x: sp.Expr) -> float | None:
+    try:
+        return float(x)
+    except TypeError:
+        return None
+
+
+def _roofline(kc: KernelCost, machine: Machine) -> None:
+    parts: dict[str, float] = {}
+    for kind, n in kc.flops.items():
+        rate, count = machine.rate(kind, kc.dtype), _number(n)
+        if rate is None or count is None:
+            return
+        parts[f"{kind} compute"] = count / rate
+    for lv, level in zip(kc.levels, machine.levels[1:], strict=True):
+        nbytes = _number(lv.bytes)
+        if nbytes is None:
+            return
+        if level.bandwidth is not None:
+            lv.time = nbytes / float(level.bandwidth)
+            parts[f"{level.name} bandwidth"] = lv.time
+    comm = 0.0
+    for c in kc.collectives:
+        t = c.time(machine)
+        if t is None:
+            return
+        comm += t
+    if not parts:
+        return
+    # compute and memory traffic overlap (the roofline); collectives sit on the critical path
+    # between kernels (tensor-parallel all-reduce, MoE all-to-all), so they add.
+    kc.parts = dict(parts)
+    local = max(parts, key=lambda k: parts[k])
+    if comm > parts[local]:
+        link = machine.interconnect.name if machine.interconnect else "link"
+        kc.parts[f"collectives ({link})"] = comm
+        kc.bottleneck = f"collectives ({link})"
+    else:
+        kc.bottleneck = local
+    kc.time = machine.launch_latency + parts[local] + comm
