@@ -100,7 +100,6 @@ class Diagram:
         lay = self.layout
         boxes: dict[str, Any] = {}
         wires: list[dict[str, Any]] = []
-
         layouts = [(lay, 0.0, 0.0)]
         for _, n, x, y, _ in walk(lay):
             assert n.item is not None

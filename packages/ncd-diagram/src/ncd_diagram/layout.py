@@ -200,6 +200,8 @@ class _Engine:
         for members in layers:
             width = max((nodes[i].w for i in members), default=0.0)
             for i in members:
+                if nodes[i].kind == "dummy":  # a bend spans its column: wires run straight by
+                    nodes[i].w = width
                 nodes[i].x = x + (width - nodes[i].w) / 2
             x += width + t.layer_gap
         preds: dict[int, list[tuple[int, int, int]]] = {}
@@ -303,21 +305,24 @@ def _order(nodes: list[Placed], routes: list[Route]) -> list[list[int]]:
     layers: list[list[int]] = [[] for _ in range(depth)]
     for i, n in enumerate(nodes):
         layers[n.layer].append(i)
-    up: dict[int, list[int]] = {}
-    down: dict[int, list[int]] = {}
+    # Neighbour positions carry the port's fraction, so wires into port 0 sort above port 1.
+    up: dict[int, list[tuple[int, float]]] = {}
+    down: dict[int, list[tuple[int, float]]] = {}
     for r in routes:
         chain = [r.src[0], *r.via, r.dst[0]]
-        for a, b in itertools.pairwise(chain):
-            up.setdefault(b, []).append(a)
-            down.setdefault(a, []).append(b)
+        src_frac = r.src[1] / (len(nodes[r.src[0]].outs) + 1)
+        dst_frac = r.dst[1] / (len(nodes[r.dst[0]].ins) + 1)
+        for k, (a, b) in enumerate(itertools.pairwise(chain)):
+            up.setdefault(b, []).append((a, src_frac if k == 0 else 0.0))
+            down.setdefault(a, []).append((b, dst_frac if k == len(chain) - 2 else 0.0))
     pos = {i: k for members in layers for k, i in enumerate(members)}
     for sweep in range(SWEEPS):
         seq = range(1, depth) if sweep % 2 == 0 else range(depth - 2, -1, -1)
         links = up if sweep % 2 == 0 else down
         for layer in seq:
             members = layers[layer]
-            key = {i: (sum(pos[j] for j in links[i]) / len(links[i]) if links.get(i) else pos[i])
-                   for i in members}
+            key = {i: (sum(pos[j] + f for j, f in links[i]) / len(links[i]) if links.get(i)
+                       else float(pos[i])) for i in members}
             members.sort(key=lambda i: key[i])
             for k, i in enumerate(members):
                 pos[i] = k
@@ -331,7 +336,10 @@ def route_points(lay: Layout, r: Route, axis: Axis, ox: float = 0.0,
     pts = [(ox + src.x + src.w, oy + src.y + src.outs[r.src[1]].y_of(axis))]
     for d in r.via:
         dn = lay.nodes[d]
-        pts.append((ox + dn.x, oy + dn.y + dn.ins[0].y_of(axis)))
+        y = oy + dn.y + dn.ins[0].y_of(axis)
+        pts.append((ox + dn.x, y))
+        if dn.w > 0:
+            pts.append((ox + dn.x + dn.w, y))
     pts.append((ox + dst.x, oy + dst.y + dst.ins[r.dst[1]].y_of(axis)))
     return pts
 
