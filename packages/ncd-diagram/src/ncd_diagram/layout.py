@@ -151,7 +151,7 @@ class _Engine:
         else:
             inner = self.block(body.children, body.inputs, body.outputs)
             t = self.t
-            title = t.font_size + 10
+            title = t.font_size + 18  # the title line, then air above the top wire
             w = max(inner.w + 2 * t.padding, self.text_w(item.label) + 60)
             dx = (w - inner.w) / 2
             # The block's ports sit where its inner boundaries put them.
