@@ -1,0 +1,255 @@
+"""Capture: reads a ``torch.export`` program node by node for ``from_torch``.
+
+Each ATen node goes through the rule table of ``_import_rules.py``; rules call back into the
+``Capture`` to read shapes and module paths, track each value's dims as axis variables
+(``_import_axes.py``), and record the ncd ops the node stands for. Reshapes and the folding of
+head splits into ``nn.Linear`` live in ``_capture_views.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ncd import ops
+from ncd.axis import Axis
+from ncd.op import Op
+from ncd_torch._capture_views import ViewsMixin
+from ncd_torch._import_axes import AxisTable
+from ncd_torch._import_rules import IMPORT_RULES, TorchImportError
+
+__all__ = ["Capture", "Record", "Scope"]
+
+Scope = tuple[str, str, str]  # (kind, label, module path)
+
+@attrs.define
+class Record:
+    op: Op
+    inputs: list[str]
+    output: str
+    stack: tuple[Scope, ...]
+    params: dict[str, tuple[np.ndarray, str]]
+
+
+def _torch_dir() -> str:
+    import torch
+
+    return os.path.dirname(torch.__file__) + os.sep
+
+
+_TORCH_DIR = _torch_dir()
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.split(".")[-1]).lower()
+
+
+def _builtin(cls: Any) -> bool:
+    text = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+    return text.startswith("torch.")
+
+
+def _class_name(cls: Any) -> str:
+    return cls.rsplit(".", 1)[-1] if isinstance(cls, str) else cls.__qualname__
+
+
+class Capture(ViewsMixin):
+    """Reads an exported program node by node (the rules call back into it)."""
+
+    def __init__(self, program: Any) -> None:
+        sig = program.graph_signature
+        self.program = program
+        self.param_of = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+        self.user_inputs = list(sig.user_inputs)
+        self.axes = AxisTable()
+        self.dims: dict[str, list[Any]] = {}
+        self.ref: dict[str, str] = {}
+        self.records: list[Record] = []
+        self.extra_scopes: list[Scope] = []
+        self._placeholders: dict[str, Axis] = {}
+        self._count = 0
+        self._pending: list[str] = []
+        self.outputs: list[str] = []
+
+    # -- reading nodes ---------------------------------------------------------------------------
+    @staticmethod
+    def aten(node: Any) -> str:
+        packet = getattr(node.target, "overloadpacket", node.target)
+        return str(packet)
+
+    @staticmethod
+    def is_tensor(arg: Any) -> bool:
+        import torch
+
+        return hasattr(arg, "meta") and isinstance(arg.meta.get("val"), torch.Tensor)
+
+    @staticmethod
+    def shape(node: Any) -> tuple[int, ...]:
+        return tuple(int(s) for s in node.meta["val"].shape)
+
+    @staticmethod
+    def dtype(node: Any) -> str:
+        return str(node.meta["val"].dtype).removeprefix("torch.")
+
+    def axis(self, v: int) -> Axis:
+        """A stand-in axis for variable ``v``; swapped for the final axis when emitting."""
+        if v not in self._placeholders:
+            self._placeholders[v] = Axis("v", uid=f"~{v}", size=self.axes.size[v])
+        return self._placeholders[v]
+
+    def final(self, a: Axis) -> Axis:
+        return self.axes.axis(int(a.uid[1:])) if a.uid.startswith("~") else a
+
+    def module_stack(self, node: Any) -> list[tuple[str, Any]]:
+        return list((node.meta.get("nn_module_stack") or {}).values())
+
+    def where(self, node: Any) -> str:
+        stack = self.module_stack(node)
+        module = f"{stack[-1][0] or '(root)'} ({_class_name(stack[-1][1])})" if stack else "(root)"
+        frames = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s*(.*)', node.meta.get("stack_trace") or "")
+        user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
+        site = f", {os.path.basename(user[-1][0])}:{user[-1][1]}: {user[-1][2].strip()}" if user else ""
+        return f"module {module}{site}"
+
+    def unsupported(self, node: Any, what: str = "") -> TorchImportError:
+        op = f"{node.target}" + (f" with {what}" if what else "")
+        return TorchImportError(
+            f"from_torch cannot import {op} (fx node {node.name!r}) at {self.where(node)}. "
+            f"Supported: {', '.join(sorted(IMPORT_RULES))}. Fix: rewrite that part with the "
+            "supported ops, or build it with ncd.ops."
+        )
+
+    def leaf(self, node: Any) -> str:
+        """The op's name: its torch.nn module's path relative to the enclosing user module."""
+        stack = self.module_stack(node)
+        if not stack or not _builtin(stack[-1][1]):
+            return ""
+        owner = next((p for p, c in reversed(stack) if not _builtin(c)), "")
+        path = stack[-1][0]
+        return path[len(owner) + 1:] if owner else path
+
+    def scopes(self, node: Any) -> tuple[Scope, ...]:
+        out: list[Scope] = []
+        parent = ""
+        for path, cls in self.module_stack(node):
+            if _builtin(cls) or not path:
+                continue
+            label = path[len(parent) + 1:] if parent else path
+            out.append((_snake(_class_name(cls)), label, path))
+            parent = path
+        return (*out, *self.extra_scopes)
+
+    @contextlib.contextmanager
+    def scope(self, node: Any, kind: str) -> Iterator[None]:
+        base = self.scopes(node)[-1][2] if self.scopes(node) else ""
+        self.extra_scopes.append((kind, kind, f"{base}.{kind}#{node.name}"))
+        try:
+            yield
+        finally:
+            self.extra_scopes.pop()
+
+    # -- values ----------------------------------------------------------------------------------
+    def _vars(self, dims: Sequence[Any]) -> list[int]:
+        return [v for d in dims for v in (d if isinstance(d, tuple) else (d,))]
+
+    def set(self, node: Any, dims: list[Any]) -> None:
+        self.dims[node.name] = dims
+        self.ref.setdefault(node.name, self.ref.get(f"last:{node.name}", node.name))
+        self.axes.meet(self._vars(dims))
+
+    def alias(self, node: Any, src: Any, dims: list[Any] | None = None) -> None:
+        """``node`` is the value ``src`` (a node or a key) with its dims possibly reordered."""
+        key = src if isinstance(src, str) else self.key(src)
+        self.dims[node.name] = list(self.dims[key]) if dims is None else dims
+        self.ref[node.name] = self.ref[key]
+
+    def key(self, arg: Any) -> str:
+        if arg.name not in self.dims:
+            if arg.name in self.param_of:
+                self._learned(arg)
+            else:
+                raise TorchImportError(f"from_torch: value {arg.name!r} is not a captured tensor")
+        return str(arg.name)
+
+    def param(self, arg: Any) -> np.ndarray:
+        if arg is None or getattr(arg, "name", None) not in self.param_of:
+            raise TorchImportError(f"from_torch: {arg} must be a parameter of the module")
+        fqn = self.param_of[arg.name]
+        tensor = self.program.state_dict.get(fqn)
+        if tensor is None:
+            tensor = self.program.constants[fqn]
+        self._pending.append(fqn)  # the next recorded op owns it
+        return np.array(tensor.detach().cpu().numpy())
+
+    def _learned(self, arg: Any) -> None:
+        fqn = self.param_of[arg.name]
+        user = next(iter(arg.users))
+        owner = next((p for p, c in reversed(self.module_stack(user)) if not _builtin(c)), "")
+        name = fqn[len(owner) + 1:] if owner and fqn.startswith(owner + ".") else fqn
+        array = self.param(arg)
+        self._pending.clear()
+        dims = [self.axes.new(n, f"{name.split('.')[-1]}_{i}", 0) for i, n in enumerate(array.shape)]
+        out = self._record(user, ops.Learned(tuple(self.axis(v) for v in dims), name=name), [],
+                           {"weight": (array, fqn)})
+        self.dims[arg.name] = dims
+        self.ref[arg.name] = out
+
+    # -- recording ops -----------------------------------------------------------------------------
+    def _record(self, node: Any, op: Op, inputs: list[str],
+                params: dict[str, tuple[np.ndarray, str]]) -> str:
+        self._count += 1
+        out = f"%{self._count}"
+        self.records.append(Record(op, [self.ref.get(k, k) for k in inputs], out, self.scopes(node),
+                                   params))
+        self.ref[out] = out
+        self.ref[f"last:{node.name}"] = out
+        self.axes.meet({int(a.uid[1:]) for a in op.axes() if a.uid.startswith("~")}
+                       | {v for k in inputs for v in self._vars(self.dims.get(k, []))})
+        return out
+
+    def op(self, node: Any, op: Op, inputs: list[str], params: dict[str, np.ndarray] | None = None,
+           extra: Sequence[int] = ()) -> str:
+        names, self._pending = self._pending, []
+        named = {k: (v, n) for (k, v), n in zip((params or {}).items(), names, strict=True)}
+        out = self._record(node, op, inputs, named)
+        if extra:
+            self.axes.meet(extra)
+        return out
+
+    # -- the walk ------------------------------------------------------------------------------------
+    def run(self) -> None:
+        for node in self.program.graph.nodes:
+            if node.op == "placeholder":
+                if node.name in self.user_inputs:
+                    self._input(node)
+            elif node.op == "call_function":
+                rule = IMPORT_RULES.get(self.aten(node))
+                if rule is None:
+                    if "assert" in self.aten(node) or "_assert" in str(node.target):
+                        continue
+                    raise self.unsupported(node)
+                rule(self, node)
+            elif node.op == "output":
+                self.outputs = [self.plain(a) for a in node.args[0]]
+            elif node.op != "get_attr":
+                raise self.unsupported(node)
+
+    def _input(self, node: Any) -> None:
+        shape = self.shape(node)
+        floats = self.dtype(node).startswith("float")
+        names = ["batch"] * len(shape)
+        if floats and shape:
+            names[-1] = "features"
+            if len(shape) > 1:
+                names[-2] = "seq"
+        elif shape:
+            names[-1] = "seq"
+        self.dims[node.name] = [self.axes.new(n, nm, 1 if nm != "features" else 0)
+                                for n, nm in zip(shape, names, strict=True)]
+        self.ref[node.name] = node.name

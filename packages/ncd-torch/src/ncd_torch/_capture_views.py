@@ -1,0 +1,148 @@
+"""How ``Capture`` follows reshapes: views split and merge axes, and a split of an
+``nn.Linear``'s output (or a merge feeding one) folds into the Linear, so ``q`` maps
+``d_model -> heads d_head`` as in ``ncd.nn`` instead of going through an anonymous wide axis.
+
+A dim in ``Capture.dims`` is an axis variable, or a tuple of them while a fold is pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ncd import ops
+from ncd_torch._import_rules import ACTIVATIONS, VIEWS
+
+__all__ = ["ViewsMixin"]
+
+
+class ViewsMixin:
+    """Reshape handling for ``Capture`` (which provides dims, axes, op and alias)."""
+
+    dims: dict[str, list[Any]]
+    axes: Any
+
+    def plain(self, arg: Any) -> str:
+        """The key of ``arg`` with any folded (heads, d_head) dim merged back into one axis."""
+        key = self.key(arg)
+        dims = self.dims[key]
+        if not any(isinstance(d, tuple) for d in dims):
+            return key
+        new, in_parts, out_parts, ins, outs = [], [], [], [], []
+        for d in dims:
+            if isinstance(d, tuple):
+                merged = self.axes.new(int(np.prod([self.axes.size[v] for v in d])),
+                                       "_".join(self.axes.name(v) for v in d), 0.5)
+                ins.extend(d)
+                in_parts.extend((v,) for v in d)
+                outs.append(merged)
+                out_parts.append(d)
+                d = merged
+            new.append(d)
+        return self._view(arg, key, ins, outs, in_parts, out_parts, new)
+
+    def _view(self, node: Any, key: str, ins: list[int], outs: list[int], in_parts: list[Any],
+              out_parts: list[Any], dims: list[Any]) -> str:
+        A = self.axis
+        op = ops.View(tuple(A(v) for v in ins), tuple(A(v) for v in outs),
+                    tuple(tuple(A(v) for v in p) for p in in_parts),
+                    tuple(tuple(A(v) for v in p) for p in out_parts))
+        out = self.op(node, op, [key])
+        self.dims[out] = dims
+        return out
+
+    def rename(self, node: Any, key: str, old: int, new: int) -> str:
+        dims = [new if d == old or (isinstance(d, int) and self.axes.same(d, old)) else d
+                for d in self.dims[key]]
+        return self._view(node, key, [old], [new], [(old,)], [(old,)], dims)
+
+    def broadcast(self, node: Any, a: Sequence[int], b: Sequence[int]) -> list[int]:
+        """Right-aligned broadcasting: equal dims become one axis."""
+        out = list(a if len(a) >= len(b) else b)
+        for i in range(1, min(len(a), len(b)) + 1):
+            x, y = a[-i], b[-i]
+            if self.axes.size[x] != self.axes.size[y]:
+                raise self.unsupported(node, "broadcasting a size-1 dim against a larger one")
+            self.axes.union(x, y)
+            out[-i] = x
+        return out
+
+    # -- the rules' view helpers ------------------------------------------------------------------
+    def users_are(self, node: Any, names: Sequence[str]) -> bool:
+        return bool(node.users) and all(self.aten(u) in names for u in node.users)
+
+    def feeds_activation(self, node: Any) -> bool:
+        return self.users_are(node, (*ACTIVATIONS, "aten.gelu"))
+
+    def split_by_view(self, node: Any, features: int) -> tuple[int, int] | None:
+        if len(node.users) != 1 or not self.users_are(node, VIEWS):
+            return None
+        shape, new = self.shape(node), self.shape(next(iter(node.users)))
+        if len(new) == len(shape) + 1 and new[:-2] == shape[:-1] and new[-2] * new[-1] == features \
+                and min(new[-2:]) > 1:
+            return new[-2], new[-1]
+        return None
+
+    def reshape(self, node: Any, src: Any, shape: tuple[int, ...]) -> None:
+        key = self.key(src)
+        dims = self.dims[key]
+        if dims and isinstance(dims[-1], tuple) and \
+                tuple(self.axes.size[v] for v in dims[-1]) == shape[len(dims) - 1:]:
+            self.alias(node, src, [*dims[:-1], *dims[-1]])  # the split folded into nn.Linear
+            return
+        sizes = tuple(self.axes.size[d] for d in dims if isinstance(d, int))
+        if len(dims) >= 2 and len(shape) == len(dims) - 1 and shape[:-1] == sizes[:-2] \
+                and self.users_are(node, ("aten.linear",)) \
+                and all(u.args[0] is node for u in node.users):
+            self.alias(node, src, [*dims[:-2], (dims[-2], dims[-1])])  # folds into nn.Linear
+            return
+        key = self.plain(src)
+        self._segments(node, key, shape)
+
+    def _segments(self, node: Any, key: str, shape: tuple[int, ...]) -> None:
+        dims = self.dims[key]
+        i = j = 0
+        new: list[Any] = []
+        ins, outs, in_parts, out_parts = [], [], [], []
+        while i < len(dims) and j < len(shape):
+            si, sj = [dims[i]], [shape[j]]
+            while int(np.prod([self.axes.size[v] for v in si])) != int(np.prod(sj)):
+                if int(np.prod([self.axes.size[v] for v in si])) < int(np.prod(sj)):
+                    i += 1
+                    if i >= len(dims):
+                        raise self.unsupported(node, f"the reshape to {list(shape)}")
+                    si.append(dims[i])
+                else:
+                    j += 1
+                    if j >= len(shape):
+                        raise self.unsupported(node, f"the reshape to {list(shape)}")
+                    sj.append(shape[j])
+            i, j = i + 1, j + 1
+            if len(si) == 1 and len(sj) == 1:
+                new.append(si[0])
+            elif len(si) == 1:
+                names = ("heads", "d_head") if len(sj) == 2 else \
+                    tuple(f"{self.axes.name(si[0])}_{k}" for k in range(len(sj)))
+                parts = [self.axes.new(n, nm, 1) for n, nm in zip(sj, names, strict=True)]
+                ins.append(si[0])
+                in_parts.append(tuple(parts))
+                new.extend(parts)
+                outs.extend(parts)
+                out_parts.extend((p,) for p in parts)
+            elif len(sj) == 1:
+                merged = self.axes.new(sj[0], "_".join(self.axes.name(v) for v in si), 0.5)
+                ins.extend(si)
+                in_parts.extend((v,) for v in si)
+                outs.append(merged)
+                out_parts.append(tuple(si))
+                new.append(merged)
+            else:
+                raise self.unsupported(node, f"the reshape to {list(shape)} (split and merge at once)")
+        if i != len(dims) or j != len(shape):
+            raise self.unsupported(node, f"the reshape to {list(shape)} (adds or drops size-1 dims)")
+        if not ins:
+            self.alias(node, key, new)
+            return
+        self.alias(node, self._view(node, key, ins, outs, in_parts, out_parts, new), new)
