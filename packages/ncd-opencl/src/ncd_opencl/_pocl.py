@@ -37,7 +37,7 @@ def _site_dir(package: str) -> str | None:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return os.path.dirname(list(spec.submodule_search_locations)[0])
+    return os.path.dirname(next(iter(spec.submodule_search_locations)))
 
 
 def ensure_usable_pocl(cache: str) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ncd.graph import Graph
-from ncd.plugins.interfaces import Backend, Executable
+from ncd.plugins.interfaces import Backend, Executable, Exporter
 
 __all__ = ["Compiled", "OpenCLBackend", "OpenCLExecutable"]
 
@@ -110,3 +110,16 @@ class OpenCLBackend(Backend):
         True), ``fuse`` (True: ncd.fuse or the local planner; ``"local"``; False: one kernel
         per op), ``tiled`` (use the tiled matmul template)."""
         return OpenCLExecutable(model, **options)
+
+
+class OpenCLSourceExporter(Exporter):
+    """``ncd.export(model, "opencl")``: the OpenCL C program of a bound model (no device)."""
+
+    name = "opencl"
+    description = "OpenCL C source of the fused kernels"
+
+    def export(self, model: Any, **options: Any) -> Any:
+        from ncd_opencl.generate import generate
+
+        graph = model.graph if hasattr(model, "graph") else model
+        return generate(graph, **options).source

@@ -1,5 +1,6 @@
 """Placeholder replaced below."""
 from __future__ import annotations
+
 from typing import Any
 
 

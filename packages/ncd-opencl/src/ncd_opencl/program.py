@@ -93,7 +93,7 @@ def build(source: str, device: str | None = None, options: list[str] | None = No
             with open(path, "rb") as f:
                 prog = cl.Program(ctx, [dev], [f.read()]).build(options=opts)
             STATS["disk_hits"] += 1
-        except Exception:  # noqa: BLE001 - a stale or foreign binary: rebuild from source
+        except Exception:  # a stale or foreign binary: rebuild from source
             prog = None
     if prog is None:
         try:

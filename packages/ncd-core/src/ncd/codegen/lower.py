@@ -11,6 +11,7 @@ parallel become the NDRange (one work-item per index, flattened); the others bec
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -280,9 +281,14 @@ class KernelGen:
         if lsize is not None and self.dialect.reqd_local:
             dims = [*lsize, 1, 1][:3]
             attr = self.dialect.reqd_local.format(x=dims[0], y=dims[1], z=dims[2]) + "\n"
-        head = f"// {self.kernel}\n{attr}{self.dialect.kernel} {name}(\n    {args})\n{{"
+        head = f"// {comment(str(self.kernel))}\n{attr}{self.dialect.kernel} {name}(\n    {args})\n{{"
         text = f"{head}\n{self.w.render()}\n}}\n"
         return KernelSource(name, text, tuple(bufs), gsize, lsize, self.kernel, style)
+
+
+def comment(text: str) -> str:
+    """Text safe inside a ``//`` comment: one line, printable characters only."""
+    return re.sub(r"[^A-Za-z0-9_ ,.:;/()\[\]|^@#=+-]", "?", text)[:200]
 
 
 class _Loop:

@@ -12,9 +12,7 @@ __all__ = ["Block", "Writer", "sanitize"]
 
 _BAD = re.compile(r"[^A-Za-z0-9_]")
 _C_WORDS = frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if "
-    "inline int long register restrict return short signed sizeof static struct switch typedef "
-    "union unsigned void volatile while kernel global local constant private half bool".split()
+    ["auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "kernel", "global", "local", "constant", "private", "half", "bool"]
 )
 
 

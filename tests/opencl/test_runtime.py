@@ -1,0 +1,139 @@
+"""Runtime behaviour: fused kernel counts, streamed attention, caches, errors, options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ncd
+from ncd import nn, ops
+from ncd.plugins import registry
+from ncd_opencl import program
+from ncd_opencl.generate import generate
+
+pytest.importorskip("pyopencl")
+
+
+def _check(model, *xs, params=None, tol=2e-4):
+    got = ncd.compile(model, "opencl")(*xs, params=params)
+    want = ncd.run(model, *[x.astype(np.float64) if x.dtype == np.float32 else x for x in xs],
+                   params=params)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("n", [1, 7, 13, 100])
+def test_attention_is_one_streamed_kernel(n: int) -> None:
+    att = nn.attention(causal=True).over("h").bind(h=2, q=n, x=n, d=7, v=5)
+    gen = generate(att.graph)
+    assert [k.style for k in gen.kernels] == ["streamed"]
+    rng = np.random.default_rng(n)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, n, 7), (2, n, 7), (2, n, 5)))
+    _check(att, q, k, v)
+
+
+@pytest.mark.parametrize("n", [1, 13, 100])
+def test_spherical_attention_streams_the_l2_normaliser(n: int) -> None:
+    att = nn.spherical_attention(causal=True).bind(q=n, x=n, d=5, v=3)
+    gen = generate(att.graph)
+    assert len(gen.kernels) == 1 and gen.kernels[0].style == "streamed"
+    assert "rsqrt" in gen.source and "exp(" not in gen.source
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in ((n, 5), (n, 5), (n, 3))]
+    _check(att, *xs)
+
+
+def test_gpt_is_a_small_number_of_kernels() -> None:
+    gpt = nn.gpt(layers=2).bind(seq=13, d_model=16, heads=2, d_head=8, d_ff=24, vocab=11)
+    gen = generate(gpt.graph)
+    assert len(gen.kernels) <= 7 * 2 + 2 < len(gpt.graph.nodes)
+    tokens = np.arange(13) % 11
+    params = ncd.init(gpt, seed=3)
+    _check(gpt, tokens, params=params)
+
+
+def test_linear_gelu_epilogue_is_fused() -> None:
+    m = (ops.linear("d -> e", d=13, e=29) >> ops.gelu()).over(ncd.Axis("s", size=7))
+    gen = generate(m.graph)
+    assert len(gen.kernels) == 1 and "erf(" in gen.source
+    x = np.random.default_rng(1).standard_normal((7, 13)).astype(np.float32)
+    _check(m, x, params=ncd.init(m))
+
+
+def test_free_sizes_are_read_from_inputs_and_cached_per_shape() -> None:
+    m = ops.softmax(ncd.Axis("x")).over(ncd.Axis("r"))
+    exe = ncd.compile(m, "opencl")
+    for shape in ((3, 5), (1, 1), (3, 5)):
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(exe(x), ncd.run(m, x), rtol=1e-5, atol=1e-6)
+    assert len(exe._built) == 2
+
+
+def test_programs_are_cached_in_memory_and_on_disk(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("NCD_OPENCL_CACHE", str(tmp_path))
+    src = "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }\n"
+    before = dict(program.STATS)
+    p1 = program.build(src)
+    p2 = program.build(src)
+    assert p1 is p2 and program.STATS["memory_hits"] == before["memory_hits"] + 1
+    assert list(tmp_path.glob("*.bin")), "the built binary is stored on disk"
+    program._PROGRAMS.clear()
+    program.build(src)
+    assert program.STATS["disk_hits"] == before["disk_hits"] + 1
+
+
+def test_compile_error_shows_the_source_around_the_line() -> None:
+    src = "__kernel void broken(__global float* a) {\n  a[0] = undefined_name;\n}\n"
+    with pytest.raises(ncd.CompileError) as e:
+        program.build(src)
+    text = str(e.value)
+    assert "undefined_name" in text and ">   2 |" in text
+
+
+def test_unknown_device_is_a_target_error() -> None:
+    with pytest.raises(ncd.TargetNotFoundError, match="no OpenCL device matches"):
+        program.get_context("no-such-device-anywhere")
+
+
+def test_device_option_by_name() -> None:
+    m = ops.relu().over(ncd.Axis("r", size=7))
+    x = np.linspace(-1, 1, 7).astype(np.float32)
+    np.testing.assert_array_equal(ncd.compile(m, "opencl", device="pthread")(x), np.maximum(x, 0))
+
+
+def test_missing_params_raise_parameter_error() -> None:
+    m = ops.linear("d -> e", d=3, e=2)
+    with pytest.raises(ncd.ParameterError):
+        ncd.compile(m, "opencl")(np.ones(3, np.float32))
+
+
+def test_export_gives_source_without_a_device() -> None:
+    text = ncd.export(ops.softmax(ncd.Axis("x", size=4)), "opencl")
+    assert "__kernel void" in text
+
+
+def test_a_lowering_registered_for_opencl_is_used() -> None:
+    import attrs
+
+    from ncd.op import Op, register_op
+    from ncd.plugins.interfaces import Lowering
+    from ncd.reference import REFERENCE_RULES
+
+    @register_op
+    @attrs.frozen
+    class Twice(Op):
+        kind = "test_opencl_twice"
+        category = "elementwise"
+
+        def signature(self):
+            return ((),), ((),)
+
+    REFERENCE_RULES[Twice] = lambda op, xs, p, ctx: [xs[0] * 2]
+    reg = registry()
+    reg.lowerings[("opencl", "test_opencl_twice")] = Lowering(
+        "opencl", "test_opencl_twice", lambda g, n, i: f"(2.0f * {g.load(n.inputs[0], i)})")
+    try:
+        m = ops.prim(Twice()).over(ncd.Axis("r", size=7))
+        x = np.arange(7, dtype=np.float32)
+        np.testing.assert_array_equal(ncd.compile(m, "opencl")(x), 2 * x)
+    finally:
+        del reg.lowerings[("opencl", "test_opencl_twice")]
