@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 import sympy as sp
+
 from ncd.axis import dtype_bytes
 from ncd.fusion import axis_labels
 from ncd.kernel import Kernel

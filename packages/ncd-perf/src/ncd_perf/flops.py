@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy as sp
+
 from ncd.graph import Node
 from ncd.op import Op
 from ncd.ops import _library as L

@@ -14,19 +14,33 @@ follow from the partitions and from ``ncd.streaming``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import sympy as sp
+
 from ncd.axis import Axis, dtype_bytes
 from ncd.errors import ScheduleError
 from ncd.fusion import axis_labels, groupable_axes
 from ncd.graph import Graph
 from ncd.kernel import Kernel
+from ncd.ops import _library as L
 from ncd.streaming import REDUCING, analyse_stream, is_rename, role
 
 __all__ = ["KernelFormulas", "size_function"]
 
 #: accumulator kind -> state values per output row (running max and sum; sum of squares).
 ACCUMULATOR_STATE = {"online_softmax": 2, "l2": 1}
+
+
+def _gathered(node: Any, axes: tuple[Axis, ...]) -> tuple[Axis, ...]:
+    # a lookup reads one table row per id, not the whole table
+    return (*node.loop, *node.op.out_axes)
+
+
+#: op class -> (node, parameter axes) -> the axes of what the op actually reads of it.
+PARAM_ACCESS: dict[type, Callable[[Any, tuple[Axis, ...]], tuple[Axis, ...]]] = {
+    L.Embedding: _gathered,
+}
 
 
 def size_function(graph: Graph, per_device: dict[str, int] | None = None) -> Callable[[Axis], sp.Expr]:
@@ -110,8 +124,10 @@ class KernelFormulas:
             n = graph.nodes[i]
             floats = [graph.values[v].dtype for v in n.inputs if graph.values[v].is_float]
             pdtype = floats[0] if floats else "float32"
+            access = PARAM_ACCESS.get(type(n.op))
             for _, p in n.params():
-                entries.append((p.axes, self._bytes(pdtype), "in"))
+                axes = access(n, p.axes) if access is not None else p.axes
+                entries.append((axes, self._bytes(pdtype), "in"))
         outs = set(k.outputs)
         for i in k.nodes:
             n = graph.nodes[i]

@@ -15,10 +15,10 @@ from typing import Any
 
 import attrs
 import sympy as sp
+
 from ncd.fusion import fuse as plan_fusion
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan, Kernel, unfused
-
 from ncd_perf.distributed import Collective, collectives
 from ncd_perf.flops import flops
 from ncd_perf.formulas import KernelFormulas, size_function

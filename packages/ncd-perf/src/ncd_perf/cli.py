@@ -1,0 +1,130 @@
+"""``ncd perf`` and ``ncd calibrate``: thin shells over ``cost`` and ``calibrate``, plus the demo
+step that prices the demo transformer on an H100 and on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+__all__ = ["calibrate", "configure_calibrate", "configure_perf", "demo_step", "run_calibrate",
+           "run_perf"]
+
+
+def configure_perf(p: argparse.ArgumentParser) -> None:
+    from ncd.cli import add_model_arguments
+
+    add_model_arguments(p)
+    p.add_argument("--machine", default="h100", help="h100, h200, a100, cpu, this, or a .toml/.json")
+    p.add_argument("--unfused", action="store_true", help="one kernel per op")
+    p.add_argument("--dtype", help="re-type every float wire (bfloat16, float16, float8)")
+    p.add_argument("--parallel", nargs="*", default=[], metavar="LABEL=DEVICES",
+                   help="span config labels over devices (heads=8, d_ff=8, experts=8)")
+    p.add_argument("--plot", metavar="PNG", help="draw a roofline with every kernel on it")
+    p.add_argument("--no-formulas", action="store_true", help="skip the symbolic formulas")
+
+
+def _pairs(items: list[str]) -> dict[str, int]:
+    from ncd.errors import NcdError
+
+    out = {}
+    for item in items:
+        k, eq, v = item.partition("=")
+        if not eq or not v.isdigit():
+            raise NcdError(f"expected LABEL=INT, got {item!r}")
+        out[k] = int(v)
+    return out
+
+
+def run_perf(args: argparse.Namespace) -> int:
+    from ncd.cli import load_model
+    from ncd_perf.model import cost
+    from ncd_perf.report import formulas, roofline, table
+
+    model = load_model(args.model, args.bind)
+    t0 = time.perf_counter()
+    result = cost(model, args.machine, fuse=not args.unfused, dtype=args.dtype,
+                  parallel=_pairs(args.parallel))
+    print(result.machine.describe())
+    print()
+    print(result.plan)
+    print()
+    print(table(result))
+    if not args.no_formulas:
+        print()
+        print(formulas(_unbound(args.model), fuse=not args.unfused))
+    if args.plot:
+        print(f"\nroofline written to {roofline(result, args.plot, args.dtype or 'float32')}")
+    print(f"\n(model priced in {time.perf_counter() - t0:.2f} s)")
+    return 0
+
+
+def _unbound(spec: str) -> Any:
+    from ncd.cli import load_model
+
+    return load_model(spec, [])
+
+
+def configure_calibrate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size-mb", type=int, default=256, help="bytes per array for the copy test")
+    p.add_argument("--n", type=int, default=2048, help="matmul size for the FLOP test")
+    p.add_argument("-o", "--output", help="write a machine .toml based on 'this' with the results")
+
+
+def calibrate(size_mb: int = 256, n: int = 2048, repeats: int = 5) -> dict[str, float]:
+    """Measure this machine with NumPy: copy bandwidth (bytes read + written per second) and
+    float32 matmul FLOP/s; medians of ``repeats`` after a warm-up."""
+    import numpy as np
+
+    src = np.ones(size_mb * (1 << 20) // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+
+    def median(fn: Any) -> float:
+        fn()
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return float(sorted(ts)[len(ts) // 2])
+
+    t_copy = median(lambda: np.copyto(dst, src))
+    t_mm = median(lambda: a @ b)
+    return {"copy_bandwidth": 2 * src.nbytes / t_copy, "matmul_flops": 2 * n**3 / t_mm}
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    res = calibrate(args.size_mb, args.n)
+    print(f"copy bandwidth: {res['copy_bandwidth'] / 1e9:.1f} GB/s (read + write)")
+    print(f"float32 matmul: {res['matmul_flops'] / 1e9:.1f} GFLOP/s")
+    if args.output:
+        import os
+
+        from ncd_perf.machine import _HERE
+
+        with open(os.path.join(_HERE, "this.toml")) as f:
+            text = f.read()
+        text = text.replace("bandwidth = 25e9", f"bandwidth = {res['copy_bandwidth']:.4g}")
+        text = text.replace("float32 = 330e9", f"float32 = {res['matmul_flops']:.4g}")
+        with open(args.output, "w") as f:
+            f.write(f"# calibrated by `ncd calibrate`: {json.dumps(res)}\n" + text)
+        print(f"machine written to {args.output}")
+    return 0
+
+
+def demo_step(ctx: dict[str, Any]) -> None:
+    """Price the demo transformer on an H100 and on this machine."""
+    from ncd_perf.model import cost
+    from ncd_perf.report import table
+
+    model = ctx["model"]
+    for machine in ("h100", "this"):
+        result = cost(model, machine)
+        print(table(result))
+        print()
+    from ncd_perf.report import formulas
+
+    print(formulas(ctx["unbound"]))
