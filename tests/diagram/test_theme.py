@@ -39,3 +39,20 @@ def test_bad_themes_are_named(bad, match):
         nd.Theme.from_dict(bad)
     with pytest.raises(nd.DiagramError, match="not valid JSON"):
         nd.Theme.from_json("{")
+
+
+def test_dark_theme_keeps_axis_hues_but_lifts_their_lightness():
+    import colorsys
+
+    model = attention()
+    root = parse(nd.draw(model, theme="dark"))
+    colour = {a.uid: a.colour for a in model.graph.axes}
+
+    def hls(c):
+        return colorsys.rgb_to_hls(*(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)))
+
+    for el in elements(root, "path"):
+        if el.get("class") == "wire":
+            h, light, _ = hls(el.get("stroke"))
+            h0, light0, _ = hls(colour[el.get("data-axis")])
+            assert abs(h - h0) < 0.02 and light > light0

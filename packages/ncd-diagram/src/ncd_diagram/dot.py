@@ -128,14 +128,14 @@ def to_dot(d: Diagram, legend: bool = False) -> str:
         if not src:
             continue
         axes = g.values[v].axes
-        colours = ":".join(a.colour for a in axes) or t.foreground
+        colours = ":".join(t.axis_colour(a) for a in axes) or t.foreground
         style = ""
         if d.plan is not None and d.plan.memory_level(v) == 0:
             style = ", penwidth=2"
         w.emit(1, f"{src} -> {name} [color={quote(colours)}, label={quote(_axes_label(g, v))}, "
-                  f"fontcolor={quote(axes[0].colour if axes else t.foreground)}{style}];")
+                  f"fontcolor={quote(t.axis_colour(axes[0]) if axes else t.foreground)}{style}];")
     if legend:
-        rows = "".join(f'<tr><td bgcolor="{a.colour}">   </td><td align="left">{_html(a.name)} '
+        rows = "".join(f'<tr><td bgcolor="{t.axis_colour(a)}">   </td><td align="left">{_html(a.name)} '
                        f'#{a.uid} {"free" if a.size is None else a.size}</td></tr>' for a in g.axes)
         w.emit(1, f"legend [shape=plaintext, label=<<table border=\"0\" cellspacing=\"2\">"
                   f"<tr><td colspan=\"2\"><b>axes</b></td></tr>{rows}</table>>];")

@@ -82,7 +82,7 @@ class _Canvas:
             ET.SubElement(parent, "path", {"d": d, "fill": "none", "stroke": self.t.wire_halo,
                                            "stroke-width": _f(self.t.wire_width + 3), "class": "halo"})
         ET.SubElement(parent, "path", {
-            "d": d, "fill": "none", "stroke": axis.colour, "stroke-width": _f(self.t.wire_width),
+            "d": d, "fill": "none", "stroke": self.t.axis_colour(axis), "stroke-width": _f(self.t.wire_width),
             "class": cls, "data-axis": axis.uid, "data-value": str(value)})
 
     # -- a layout ----------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ class _Canvas:
             self.wire(self.wires, pts, a, r.value, "wire")
             if label:
                 x, y = pts[0]
-                self.text(self.labels, x + 3, y - 1.5, axis_text(a), self.t.label_size, a.colour,
+                self.text(self.labels, x + 3, y - 1.5, axis_text(a), self.t.label_size, self.t.axis_colour(a),
                           anchor="start", cls="wire-label")
 
     def node(self, n: Placed, x: float, y: float, depth: int) -> None:
@@ -257,7 +257,7 @@ class _Canvas:
         pts = " ".join(f"{_f(cx + r * dx)},{_f(cy + r * dy)}" for dx, dy in
                        ((1, 0), (0.5, 0.87), (-0.5, 0.87), (-1, 0), (-0.5, -0.87), (0.5, -0.87)))
         ET.SubElement(self.weave, "polygon", {
-            "points": pts, "fill": self.t.partition_fill, "stroke": axis.colour, "stroke-width": "1.6",
+            "points": pts, "fill": self.t.partition_fill, "stroke": self.t.axis_colour(axis), "stroke-width": "1.6",
             "class": "partition", "data-axis": axis.uid, "data-partition": label})
         self.text(self.weave, cx, cy + 3, label, 7.5, self.t.foreground, cls="partition-label")
 
@@ -279,7 +279,8 @@ def to_svg(graph: Graph, lay: Layout, theme: Theme, title: str, legend: bool = F
             x0 = t.padding + 40 + ex.x
             c.wire(c.wires, [(x0, top + ex.y + py), (x0 + 40, top + ex.y + py)], a, p.value,
                    "wire model-output")
-            c.text(c.labels, x0 + 4, top + ex.y + py - 1.5, axis_text(a), t.label_size, a.colour,
+            c.text(c.labels, x0 + 4, top + ex.y + py - 1.5, axis_text(a), t.label_size,
+                   t.axis_colour(a),
                    anchor="start", cls="wire-label")
     width = lay.w + 2 * t.padding + 80
     height = top + lay.h + t.padding
@@ -308,7 +309,7 @@ def _legend(c: _Canvas, used: Iterable[Axis], t: Theme, y0: float) -> ET.Element
     for i, a in enumerate(sorted(used, key=lambda a: (a.name, a.uid))):
         y = y0 + 28 + 16 * i
         ET.SubElement(g, "line", {"x1": _f(t.padding), "x2": _f(t.padding + 28), "y1": _f(y - 4),
-                                  "y2": _f(y - 4), "stroke": a.colour, "stroke-width": "3",
+                                  "y2": _f(y - 4), "stroke": t.axis_colour(a), "stroke-width": "3",
                                   "class": "legend-swatch", "data-axis": a.uid})
         size = "free" if a.size is None else str(a.size)
         c.text(g, t.padding + 36, y, f"{a.name}  #{a.uid}  size {size}", t.font_size - 1,

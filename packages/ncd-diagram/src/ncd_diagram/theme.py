@@ -8,12 +8,14 @@ axis has the same colour in every drawing.
 
 from __future__ import annotations
 
+import colorsys
 import json
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from ncd.axis import Axis
 from ncd_diagram.errors import DiagramError
 
 __all__ = ["DARK", "LIGHT", "Theme"]
@@ -64,6 +66,9 @@ class Theme:
         default=("#d0d7de", "#a5d6ff", "#aceebb", "#ffd8b5"), converter=_tuple_str)
     kernel_stroke: str = "#8250df"
     partition_fill: str = "#ffffff"
+    # None draws Axis.colour as is; a lightness in (0, 1) keeps each axis's hue but sets its
+    # lightness (the dark preset lifts wires off a dark background)
+    axis_lightness: float | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Theme:
@@ -104,6 +109,15 @@ class Theme:
         out["memory_levels"] = list(self.memory_levels)
         return out
 
+    def axis_colour(self, axis: Axis) -> str:
+        """The colour of an axis's wires: its uid hue, at this theme's lightness."""
+        if self.axis_lightness is None:
+            return axis.colour
+        rgb = [int(axis.colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        h, _, sat = colorsys.rgb_to_hls(*rgb)
+        r, g, b = colorsys.hls_to_rgb(h, self.axis_lightness, sat)
+        return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+
     def memory_colour(self, level: int) -> str:
         return self.memory_levels[min(level, len(self.memory_levels) - 1)]
 
@@ -115,7 +129,7 @@ DARK = attrs.evolve(
     contraction_dot="#f0f6fc", block_fill="#0c2d6b", block_fill_alt="#051d4d",
     block_stroke="#388bfd", block_title="#a5d6ff", repeat_badge="#ff7b72", wire_halo="#0d1117",
     memory_levels=("#30363d", "#1f6feb", "#2ea043", "#bd561d"), kernel_stroke="#a371f7",
-    partition_fill="#0d1117",
+    partition_fill="#0d1117", axis_lightness=0.66,
 )
 PRESETS = {"light": LIGHT, "dark": DARK}
 
