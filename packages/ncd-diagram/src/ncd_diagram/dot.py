@@ -53,7 +53,7 @@ class _Writer:
             plan = self.d.plan
             if plan is not None and plan.kernel_of(item.node) is not None:
                 _, kname = plan.kernel_of(item.node) or (0, "")
-                parts = " ".join(f"⬡{lab}:{a.name}" for a, lab in plan.partitions_of(item.node))
+                parts = " ".join(f"\u2b21{lab}:{a.name}" for a, lab, _ in plan.partitions_of(item.node))
                 attrs["label"] += f"\n{kname}" + (f" {parts}" if parts else "")
                 attrs["color"] = t.kernel_stroke
             self.emit(depth, f"{name} [{_attrs(attrs)}];")

@@ -59,13 +59,15 @@ class PlanView:
         """0 for values kept in memory between kernels, 1 for values a kernel keeps on chip."""
         return 0 if value in self.io else 1
 
-    def partitions_of(self, node: int) -> list[tuple[Axis, str]]:
+    def partitions_of(self, node: int) -> list[tuple[Axis, str, str]]:
+        """(axis, short label, full description) of each partition at this node's axes."""
         kern = self.kernel(node)
         if kern is None:
             return []
         n = kern.graph.nodes[node]
         here = {a for v in (*n.inputs, *n.outputs) for a in kern.graph.values[v].axes}
-        return [(p.axis, partition_label(p)) for p in kern.partitions if p.axis in here]
+        return [(p.axis, partition_label(p), f"{kern.name or 'kernel'}: {p}")
+                for p in kern.partitions if p.axis in here]
 
     def to_dict(self) -> dict[str, Any]:
         return {

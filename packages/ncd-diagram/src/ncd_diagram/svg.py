@@ -177,6 +177,11 @@ class _Canvas:
                           "data-kind": box.kind})
         if box.learned:
             el.set("data-params", " ".join(box.learned))
+        node = self.g.nodes[box.node]
+        tip = f"{box.label}: [{node.op.core_text()}] over ({' '.join(a.name for a in box.loop)})"
+        params = f"\nlearned: {', '.join(box.learned)}" if box.learned else ""
+        # No build site here: the drawing depends on the canonical graph only (stable output).
+        ET.SubElement(el, "title").text = f"{tip}{params}"
         self.text(self.labels, x + n.w / 2, y + t.font_size + 3, box.label, t.font_size,
                   t.foreground, weight="bold" if learned else "normal", cls="op-label")
         self.segments(n.ins, x, y, 0.0)
@@ -187,10 +192,10 @@ class _Canvas:
             self.rect(self.weave, x - 3, y - 3, n.w + 6, n.h + 6, rx="6", fill="none",
                       stroke=t.kernel_stroke, stroke_width="1.2", stroke_dasharray="4 2",
                       **{"class": "kernel", "data-kernel": str(k)})
-            for i, (axis, label) in enumerate(self.plan.partitions_of(box.node)):
+            for i, (axis, label, text) in enumerate(self.plan.partitions_of(box.node)):
                 port = next((p for p in n.ins if axis in p.axes), None)
                 py = y + (port.y_of(axis) if port else n.h - 6)
-                self.hexagon(x + 10 + 16 * i, py, label, axis)
+                self.hexagon(x + 10 + 16 * i, py, label, axis, text)
 
     def segments(self, ports: list[Port], x: float, y: float, dx: float) -> None:
         """Tuple segments: a short dashed bar between consecutive ports on one side."""
@@ -210,10 +215,12 @@ class _Canvas:
         contracted = set(box.contracted)
         out_port = {a: p for p in reversed(n.outs) for a in p.axes}
         cy: dict[Axis, list[float]] = {}
+        from_value: dict[float, int] = {}
         for p in n.ins:
             for a, py in zip(p.axes, p.ys):
                 if a in contracted:
                     cy.setdefault(a, []).append(py)
+                    from_value[py] = p.value
         dots: list[tuple[float, float]] = []
         present = [a for a in box.contracted if a in cy]
         if box.learned and present:  # one weight: every contracted axis meets the same dot
@@ -228,7 +235,8 @@ class _Canvas:
                 dots.append(where[a])
         for a in present:
             for py in cy[a]:
-                self.wire(self.weave, [(x, y + py), where[a]], a, -1, "wire contraction")
+                self.wire(self.weave, [(x, y + py), where[a]], a, from_value[py],
+                          "wire contraction")
         for dx, dy in dots:
             ET.SubElement(self.weave, "circle", {"cx": _f(dx), "cy": _f(dy), "r": "3.2",
                                                  "fill": t.contraction_dot, "class": "contraction-dot"})
@@ -252,13 +260,14 @@ class _Canvas:
                     if a not in drawn and a not in loop:
                         self.wire(self.weave, [(cx, cyy), (x + n.w, y + py)], a, p.value, "wire core")
 
-    def hexagon(self, cx: float, cy: float, label: str, axis: Axis) -> None:
+    def hexagon(self, cx: float, cy: float, label: str, axis: Axis, tip: str) -> None:
         r = 7.5
         pts = " ".join(f"{_f(cx + r * dx)},{_f(cy + r * dy)}" for dx, dy in
                        ((1, 0), (0.5, 0.87), (-0.5, 0.87), (-1, 0), (-0.5, -0.87), (0.5, -0.87)))
-        ET.SubElement(self.weave, "polygon", {
+        hexagon = ET.SubElement(self.weave, "polygon", {
             "points": pts, "fill": self.t.partition_fill, "stroke": self.t.axis_colour(axis), "stroke-width": "1.6",
             "class": "partition", "data-axis": axis.uid, "data-partition": label})
+        ET.SubElement(hexagon, "title").text = tip
         self.text(self.weave, cx, cy + 3, label, 7.5, self.t.foreground, cls="partition-label")
 
 
