@@ -48,6 +48,15 @@ def test_ncd_draw_writes_svg_json_dot(tmp_path, capsys):
                  "--no-repeat"]) == 0
 
 
+def test_ncd_draw_kernel_plans(tmp_path):
+    for plan in ("fuse", "unfused"):
+        out = tmp_path / f"{plan}.svg"
+        assert main(["draw", "attention", "--plan", plan, "-o", str(out)]) == 0
+        kernels = [el for el in parse(out.read_text()).iter()
+                   if "kernel" in (el.get("class") or "").split()]
+        assert kernels
+
+
 def test_ncd_draw_png(tmp_path):
     ok, why = cairo_available()
     if not ok and not HAS_DOT:

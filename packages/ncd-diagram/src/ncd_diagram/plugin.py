@@ -78,6 +78,8 @@ def configure_draw(p: argparse.ArgumentParser) -> None:
                    help="draw every block of a repeated run instead of one box marked xN")
     p.add_argument("--legend", action="store_true", help="add an axis legend")
     p.add_argument("--theme", help="light, dark, or a theme JSON file")
+    p.add_argument("--plan", choices=("fuse", "unfused"),
+                   help="draw a kernel schedule: ncd.fuse(model) or one kernel per op")
     p.add_argument("--engine", choices=("native", "graphviz"), default=None,
                    help="how png is made: rasterise the native SVG (CairoSVG) or Graphviz's dot "
                         "(default: native when CairoSVG works, else graphviz)")
@@ -104,7 +106,8 @@ def run_draw(args: argparse.Namespace) -> int:
         raise DiagramError(f"cannot tell the format of {args.output!r}; use --format with one of "
                            f"{', '.join(FORMATS)}")
     model = load_model(args.model, args.bind)
-    d = Diagram(model, depth=args.depth, repeat=not args.no_repeat, theme=args.theme)
+    d = Diagram(model, depth=args.depth, repeat=not args.no_repeat, theme=args.theme,
+                plan=_plan(model, args.plan))
     try:
         if fmt == "png" and args.engine != "graphviz" and (args.engine == "native" or _cairo()):
             from ncd_diagram.raster import svg_to_png
@@ -129,6 +132,21 @@ def run_draw(args: argparse.Namespace) -> int:
         f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
     print(f"wrote {args.output} ({fmt}, {len(data):,} bytes)")
     return 0
+
+
+def _plan(model: Any, how: str | None) -> Any:
+    if how is None:
+        return None
+    import ncd
+    from ncd.kernel import unfused
+    from ncd_diagram.errors import DiagramError
+
+    if how == "unfused":
+        return unfused(model)
+    fuse = getattr(ncd, "fuse", None)
+    if fuse is None:
+        raise DiagramError("this ncd-core has no ncd.fuse; use --plan unfused")
+    return fuse(model)
 
 
 def _cairo() -> bool:
