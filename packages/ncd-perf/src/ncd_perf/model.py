@@ -217,13 +217,13 @@ def _roofline(kc: KernelCost, machine: Machine) -> None:
         if rate is None or count is None:
             return
         parts[f"{kind} compute"] = count / rate
-    for lv, level in zip(kc.levels, machine.levels[1:], strict=True):
+    for lv, above, level in zip(kc.levels, machine.levels, machine.levels[1:], strict=False):
         nbytes = _number(lv.bytes)
         if nbytes is None:
             return
         if level.bandwidth is not None:
             lv.time = nbytes / float(level.bandwidth)
-            parts[f"{level.name} bandwidth"] = lv.time
+            parts[f"{above.name}->{level.name} bandwidth"] = lv.time
     comm = 0.0
     for c in kc.collectives:
         t = c.time(machine)
