@@ -333,8 +333,9 @@ def _assemble(graph: Graph, kernels: list[list[int]], sched: list[tuple[Axis | N
                           f"{' and a model output' if v in graph.outputs else ''}: "
                           "written to memory once")
             else:
-                (c,) = [c for c in graph.consumers[v] if owner[c] != p][:1] or [None]
-                joined = f"{graph.nodes[c].op.label} joined {out[owner[c]].name}" if c is not None else ""
+                later = [c for c in graph.consumers[v] if owner[c] != p]
+                joined = (f"{graph.nodes[later[0]].op.label} joined {out[owner[later[0]]].name}"
+                          if later else "")
                 reason = reasons.get(v, f"{joined} through another input; one kernel cannot "
                                         "also absorb this producer")
             bounds.append(Boundary(v, p, tuple(readers), reason))

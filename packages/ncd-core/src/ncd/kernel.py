@@ -54,6 +54,22 @@ __all__ = ["Boundary", "FusionPlan", "Kernel", "Partition"]
 PartitionKind = Literal["group", "stream"]
 
 
+def _ints(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
+
+
+def _partitions(value: Iterable[Partition]) -> tuple[Partition, ...]:
+    return tuple(value)
+
+
+def _kernels(value: Iterable[Kernel]) -> tuple[Kernel, ...]:
+    return tuple(value)
+
+
+def _boundaries(value: Iterable[Boundary]) -> tuple[Boundary, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class Partition:
     """How one axis is split at one memory level."""
@@ -74,10 +90,10 @@ class Kernel:
     """Nodes of one graph fused into one launch, with their partitions."""
 
     graph: Graph = attrs.field(repr=False, eq=False)
-    nodes: tuple[int, ...] = attrs.field(converter=tuple)
-    inputs: tuple[int, ...] = attrs.field(converter=tuple)
-    outputs: tuple[int, ...] = attrs.field(converter=tuple)
-    partitions: tuple[Partition, ...] = attrs.field(default=(), converter=tuple)
+    nodes: tuple[int, ...] = attrs.field(converter=_ints)
+    inputs: tuple[int, ...] = attrs.field(converter=_ints)
+    outputs: tuple[int, ...] = attrs.field(converter=_ints)
+    partitions: tuple[Partition, ...] = attrs.field(default=(), converter=_partitions)
     name: str = ""
 
     def __attrs_post_init__(self) -> None:
@@ -215,8 +231,8 @@ class FusionPlan:
     """Kernels in launch order, and the reason for every boundary between them."""
 
     graph: Graph = attrs.field(repr=False, eq=False)
-    kernels: tuple[Kernel, ...] = attrs.field(converter=tuple)
-    boundaries: tuple[Boundary, ...] = attrs.field(default=(), converter=tuple)
+    kernels: tuple[Kernel, ...] = attrs.field(converter=_kernels)
+    boundaries: tuple[Boundary, ...] = attrs.field(default=(), converter=_boundaries)
 
     def __str__(self) -> str:
         lines = [f"fusion plan: {len(self.kernels)} kernel(s) for {len(self.graph.nodes)} op(s)"]
