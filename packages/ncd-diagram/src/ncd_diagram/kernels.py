@@ -46,6 +46,7 @@ class PlanView:
             io.update(kern.inputs)
             io.update(kern.outputs)
         self.io = io
+        self.marks = self._marks(graph)
 
     def kernel_of(self, node: int) -> tuple[int, str] | None:
         k = self.node_kernel.get(node)
@@ -60,14 +61,21 @@ class PlanView:
         return 0 if value in self.io else 1
 
     def partitions_of(self, node: int) -> list[tuple[Axis, str, str]]:
-        """(axis, short label, full description) of each partition at this node's axes."""
-        kern = self.kernel(node)
-        if kern is None:
-            return []
-        n = kern.graph.nodes[node]
-        here = {a for v in (*n.inputs, *n.outputs) for a in kern.graph.values[v].axes}
-        return [(p.axis, partition_label(p), f"{kern.name or 'kernel'}: {p}")
-                for p in kern.partitions if p.axis in here]
+        """(axis, short label, full description) of the partitions first met at this node: each
+        partition is marked once per kernel, where its axis enters the kernel."""
+        return self.marks.get(node, [])
+
+    def _marks(self, graph: Graph) -> dict[int, list[tuple[Axis, str, str]]]:
+        marks: dict[int, list[tuple[Axis, str, str]]] = {}
+        for kern in self.plan.kernels:
+            for p in kern.partitions:
+                for i in kern.nodes:
+                    n = graph.nodes[i]
+                    if any(p.axis in graph.values[v].axes for v in (*n.inputs, *n.outputs)):
+                        marks.setdefault(i, []).append(
+                            (p.axis, partition_label(p), f"{kern.name or 'kernel'}: {p}"))
+                        break
+        return marks
 
     def to_dict(self) -> dict[str, Any]:
         return {

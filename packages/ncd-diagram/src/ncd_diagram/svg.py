@@ -192,10 +192,22 @@ class _Canvas:
             self.rect(self.weave, x - 3, y - 3, n.w + 6, n.h + 6, rx="6", fill="none",
                       stroke=t.kernel_stroke, stroke_width="1.2", stroke_dasharray="4 2",
                       **{"class": "kernel", "data-kernel": str(k)})
-            for i, (axis, label, text) in enumerate(self.plan.partitions_of(box.node)):
+            # Which kernel: ops sharing a tag share a launch (full name in the tooltip).
+            self.text(self.labels, x + n.w + 3, y - 5, f"k{k}", t.label_size, t.kernel_stroke,
+                      anchor="end", weight="bold", cls="kernel-tag")
+            seen: dict[Axis, int] = {}
+            for axis, label, text in self.plan.partitions_of(box.node):
+                # On the axis's wire where it enters the box (or leaves it, for a new axis);
+                # a second partition of the same axis (another level) sits beside the first.
+                k = seen[axis] = seen.get(axis, -1) + 1
                 port = next((p for p in n.ins if axis in p.axes), None)
-                py = y + (port.y_of(axis) if port else n.h - 6)
-                self.hexagon(x + 10 + 16 * i, py, label, axis, text)
+                if port is not None:
+                    hx, hy = x + 9 + 16 * k, y + port.y_of(axis)
+                else:
+                    port = next((p for p in n.outs if axis in p.axes), None)
+                    hx = x + n.w - 9 - 16 * k
+                    hy = y + (port.y_of(axis) if port else n.h - 8)
+                self.hexagon(hx, hy, label, axis, text)
 
     def segments(self, ports: list[Port], x: float, y: float, dx: float) -> None:
         """Tuple segments: a short dashed bar between consecutive ports on one side."""
