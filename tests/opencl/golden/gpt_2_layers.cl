@@ -174,36 +174,47 @@ __kernel void k5_layernorm(
     }
 }
 
-// k6_linear_unary_binary: [fc, gelu, proj, add] group(seq/t_seq@L0) stream(d_ff/t_d_ff@L0)
-__kernel void k6_linear_unary_binary(
+// k18_linear_unary: [fc, gelu] group(seq/1@L1) group(d_ff/1@L1)
+__attribute__((reqd_work_group_size(64, 1, 1)))
+__kernel void k18_linear_unary(
     __global const float* restrict in17,
-    __global const float* restrict in16,
     __global const float* restrict w_blocks_0_mlp_fc_weight,
     __global const float* restrict w_blocks_0_mlp_fc_bias,
+    __global float* restrict out19)
+{
+    const int gid = (int)get_global_id(0);
+    if (gid >= 312) return;
+    const int i_d_ff = gid % 24;
+    const int i_seq = (gid / 24);
+    float dot = 0.0f;
+    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
+        dot += in17[i_seq * 16 + i_d_model] * w_blocks_0_mlp_fc_weight[i_d_ff * 16 + i_d_model];
+    }
+    float v18 = (dot + w_blocks_0_mlp_fc_bias[i_d_ff]);
+    float v19 = (0.5f * v18 * (1.0f + erf(v18 * 0.70710678118654752f)));
+    out19[i_seq * 24 + i_d_ff] = v19;
+}
+
+// k20_linear_binary: [proj, add] group(seq/1@L1) group(d_model/1@L1)
+__attribute__((reqd_work_group_size(64, 1, 1)))
+__kernel void k20_linear_binary(
+    __global const float* restrict in16,
+    __global const float* restrict in19,
     __global const float* restrict w_blocks_0_mlp_proj_weight,
     __global const float* restrict w_blocks_0_mlp_proj_bias,
     __global float* restrict out21)
 {
     const int gid = (int)get_global_id(0);
-    if (gid >= 13) return;
-    const int i_seq = gid;
-    float acc[16];
-    for (int j = 0; j < 16; ++j) acc[j] = 0.0f;
+    if (gid >= 208) return;
+    const int i_d_model = gid % 16;
+    const int i_seq = (gid / 16);
+    float dot = 0.0f;
     for (int i_d_ff = 0; i_d_ff < 24; ++i_d_ff) {
-        float dot = 0.0f;
-        for (int i_d_model_2 = 0; i_d_model_2 < 16; ++i_d_model_2) {
-            dot += in17[i_seq * 16 + i_d_model_2] * w_blocks_0_mlp_fc_weight[i_d_ff * 16 + i_d_model_2];
-        }
-        float v18 = (dot + w_blocks_0_mlp_fc_bias[i_d_ff]);
-        float v19 = (0.5f * v18 * (1.0f + erf(v18 * 0.70710678118654752f)));
-        for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-            acc[i_d_model] += v19 * w_blocks_0_mlp_proj_weight[i_d_model * 24 + i_d_ff];
-        }
+        dot += in19[i_seq * 24 + i_d_ff] * w_blocks_0_mlp_proj_weight[i_d_model * 24 + i_d_ff];
     }
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; ++i_d_model_3) {
-        float v21 = (in16[i_seq * 16 + i_d_model_3] + (acc[i_d_model_3] + w_blocks_0_mlp_proj_bias[i_d_model_3]));
-        out21[i_seq * 16 + i_d_model_3] = v21;
-    }
+    float v20 = (dot + w_blocks_0_mlp_proj_bias[i_d_model]);
+    float v21 = (in16[i_seq * 16 + i_d_model] + v20);
+    out21[i_seq * 16 + i_d_model] = v21;
 }
 
 // k7_layernorm: [layernorm] group(seq/t_seq@L0)
@@ -361,12 +372,31 @@ __kernel void k11_layernorm(
     }
 }
 
-// k12_linear_unary_binary_layernorm: [fc, gelu, proj, add, layernorm] group(seq/t_seq@L0) stream(d_ff/t_d_ff@L0)
-__kernel void k12_linear_unary_binary_layernorm(
+// k36_linear_unary: [fc, gelu] group(seq/1@L1) group(d_ff/1@L1)
+__attribute__((reqd_work_group_size(64, 1, 1)))
+__kernel void k36_linear_unary(
     __global const float* restrict in35,
-    __global const float* restrict in34,
     __global const float* restrict w_blocks_1_mlp_fc_weight,
     __global const float* restrict w_blocks_1_mlp_fc_bias,
+    __global float* restrict out37)
+{
+    const int gid = (int)get_global_id(0);
+    if (gid >= 312) return;
+    const int i_d_ff = gid % 24;
+    const int i_seq = (gid / 24);
+    float dot = 0.0f;
+    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
+        dot += in35[i_seq * 16 + i_d_model] * w_blocks_1_mlp_fc_weight[i_d_ff * 16 + i_d_model];
+    }
+    float v36 = (dot + w_blocks_1_mlp_fc_bias[i_d_ff]);
+    float v37 = (0.5f * v36 * (1.0f + erf(v36 * 0.70710678118654752f)));
+    out37[i_seq * 24 + i_d_ff] = v37;
+}
+
+// k39_linear_binary_layernorm: [proj, add, layernorm] group(seq/1@L1)
+__kernel void k39_linear_binary_layernorm(
+    __global const float* restrict in34,
+    __global const float* restrict in37,
     __global const float* restrict w_blocks_1_mlp_proj_weight,
     __global const float* restrict w_blocks_1_mlp_proj_bias,
     __global const float* restrict w_ln_f_weight,
@@ -376,36 +406,38 @@ __kernel void k12_linear_unary_binary_layernorm(
     const int gid = (int)get_global_id(0);
     if (gid >= 13) return;
     const int i_seq = gid;
-    float acc[16];
-    for (int j = 0; j < 16; ++j) acc[j] = 0.0f;
-    for (int i_d_ff = 0; i_d_ff < 24; ++i_d_ff) {
-        float dot = 0.0f;
-        for (int i_d_model_2 = 0; i_d_model_2 < 16; ++i_d_model_2) {
-            dot += in35[i_seq * 16 + i_d_model_2] * w_blocks_1_mlp_fc_weight[i_d_ff * 16 + i_d_model_2];
-        }
-        float v36 = (dot + w_blocks_1_mlp_fc_bias[i_d_ff]);
-        float v37 = (0.5f * v36 * (1.0f + erf(v36 * 0.70710678118654752f)));
-        for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-            acc[i_d_model] += v37 * w_blocks_1_mlp_proj_weight[i_d_model * 24 + i_d_ff];
-        }
-    }
     float sum = 0.0f;
-    for (int i_d_model_4 = 0; i_d_model_4 < 16; ++i_d_model_4) {
-        float v39 = (in34[i_seq * 16 + i_d_model_4] + (acc[i_d_model_4] + w_blocks_1_mlp_proj_bias[i_d_model_4]));
+    for (int i_d_model_2 = 0; i_d_model_2 < 16; ++i_d_model_2) {
+        float dot = 0.0f;
+        for (int i_d_ff = 0; i_d_ff < 24; ++i_d_ff) {
+            dot += in37[i_seq * 24 + i_d_ff] * w_blocks_1_mlp_proj_weight[i_d_model_2 * 24 + i_d_ff];
+        }
+        float v38 = (dot + w_blocks_1_mlp_proj_bias[i_d_model_2]);
+        float v39 = (in34[i_seq * 16 + i_d_model_2] + v38);
         sum += v39;
     }
     float mu = sum * 0.0625f;
     float sq = 0.0f;
-    for (int i_d_model_5 = 0; i_d_model_5 < 16; ++i_d_model_5) {
-        float v39_2 = (in34[i_seq * 16 + i_d_model_5] + (acc[i_d_model_5] + w_blocks_1_mlp_proj_bias[i_d_model_5]));
+    for (int i_d_model_3 = 0; i_d_model_3 < 16; ++i_d_model_3) {
+        float dot_2 = 0.0f;
+        for (int i_d_ff_2 = 0; i_d_ff_2 < 24; ++i_d_ff_2) {
+            dot_2 += in37[i_seq * 24 + i_d_ff_2] * w_blocks_1_mlp_proj_weight[i_d_model_3 * 24 + i_d_ff_2];
+        }
+        float v38_2 = (dot_2 + w_blocks_1_mlp_proj_bias[i_d_model_3]);
+        float v39_2 = (in34[i_seq * 16 + i_d_model_3] + v38_2);
         float d = v39_2 - mu;
         sq += d * d;
     }
     float rstd = rsqrt(sq * 0.0625f + 1e-05f);
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; ++i_d_model_3) {
-        float v39_3 = (in34[i_seq * 16 + i_d_model_3] + (acc[i_d_model_3] + w_blocks_1_mlp_proj_bias[i_d_model_3]));
-        float v40 = (((v39_3 - mu) * rstd) * w_ln_f_weight[i_d_model_3] + w_ln_f_bias[i_d_model_3]);
-        out40[i_seq * 16 + i_d_model_3] = v40;
+    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
+        float dot_3 = 0.0f;
+        for (int i_d_ff_3 = 0; i_d_ff_3 < 24; ++i_d_ff_3) {
+            dot_3 += in37[i_seq * 24 + i_d_ff_3] * w_blocks_1_mlp_proj_weight[i_d_model * 24 + i_d_ff_3];
+        }
+        float v38_3 = (dot_3 + w_blocks_1_mlp_proj_bias[i_d_model]);
+        float v39_3 = (in34[i_seq * 16 + i_d_model] + v38_3);
+        float v40 = (((v39_3 - mu) * rstd) * w_ln_f_weight[i_d_model] + w_ln_f_bias[i_d_model]);
+        out40[i_seq * 16 + i_d_model] = v40;
     }
 }
 

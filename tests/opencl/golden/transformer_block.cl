@@ -154,34 +154,45 @@ __kernel void k4_layernorm(
     }
 }
 
-// k5_linear_unary_binary: [fc, gelu, proj, add] group(seq/t_seq@L0) stream(d_ff/t_d_ff@L0)
-__kernel void k5_linear_unary_binary(
+// k15_linear_unary: [fc, gelu] group(seq/1@L1) group(d_ff/1@L1)
+__attribute__((reqd_work_group_size(64, 1, 1)))
+__kernel void k15_linear_unary(
     __global const float* restrict in14,
-    __global const float* restrict in13,
     __global const float* restrict w_mlp_fc_weight,
     __global const float* restrict w_mlp_fc_bias,
+    __global float* restrict out16)
+{
+    const int gid = (int)get_global_id(0);
+    if (gid >= 91) return;
+    const int i_d_ff = gid % 13;
+    const int i_seq = (gid / 13);
+    float dot = 0.0f;
+    for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
+        dot += in14[i_seq * 12 + i_d_model] * w_mlp_fc_weight[i_d_ff * 12 + i_d_model];
+    }
+    float v15 = (dot + w_mlp_fc_bias[i_d_ff]);
+    float v16 = (0.5f * v15 * (1.0f + erf(v15 * 0.70710678118654752f)));
+    out16[i_seq * 13 + i_d_ff] = v16;
+}
+
+// k17_linear_binary: [proj, add] group(seq/1@L1) group(d_model/1@L1)
+__attribute__((reqd_work_group_size(64, 1, 1)))
+__kernel void k17_linear_binary(
+    __global const float* restrict in13,
+    __global const float* restrict in16,
     __global const float* restrict w_mlp_proj_weight,
     __global const float* restrict w_mlp_proj_bias,
     __global float* restrict out18)
 {
     const int gid = (int)get_global_id(0);
-    if (gid >= 7) return;
-    const int i_seq = gid;
-    float acc[12];
-    for (int j = 0; j < 12; ++j) acc[j] = 0.0f;
+    if (gid >= 84) return;
+    const int i_d_model = gid % 12;
+    const int i_seq = (gid / 12);
+    float dot = 0.0f;
     for (int i_d_ff = 0; i_d_ff < 13; ++i_d_ff) {
-        float dot = 0.0f;
-        for (int i_d_model_2 = 0; i_d_model_2 < 12; ++i_d_model_2) {
-            dot += in14[i_seq * 12 + i_d_model_2] * w_mlp_fc_weight[i_d_ff * 12 + i_d_model_2];
-        }
-        float v15 = (dot + w_mlp_fc_bias[i_d_ff]);
-        float v16 = (0.5f * v15 * (1.0f + erf(v15 * 0.70710678118654752f)));
-        for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
-            acc[i_d_model] += v16 * w_mlp_proj_weight[i_d_model * 13 + i_d_ff];
-        }
+        dot += in16[i_seq * 13 + i_d_ff] * w_mlp_proj_weight[i_d_model * 13 + i_d_ff];
     }
-    for (int i_d_model_3 = 0; i_d_model_3 < 12; ++i_d_model_3) {
-        float v18 = (in13[i_seq * 12 + i_d_model_3] + (acc[i_d_model_3] + w_mlp_proj_bias[i_d_model_3]));
-        out18[i_seq * 12 + i_d_model_3] = v18;
-    }
+    float v17 = (dot + w_mlp_proj_bias[i_d_model]);
+    float v18 = (in13[i_seq * 12 + i_d_model] + v17);
+    out18[i_seq * 12 + i_d_model] = v18;
 }

@@ -41,7 +41,7 @@ class Compiled:
                                  ) * np.dtype(_NP[b.ctype]).itemsize
                     self.values[b.value] = cl.Buffer(self.ctx, mf.READ_WRITE, nbytes)
         self.params: dict[str, tuple[Any, Any]] = {}
-        self.launches = [(getattr(self.program, k.name), k) for k in self.gen.kernels]
+        self.launches = [(cl.Kernel(self.program, k.name), k) for k in self.gen.kernels]
 
     def _param(self, name: str, arr: np.ndarray) -> Any:
         import pyopencl as cl

@@ -189,7 +189,7 @@ def _softmax(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
             f"{s} += {gen.fn('exp')}({_ins(gen, node, env)} - {m});"))
         return m, gen.let(f"1.0f / {s}", "inv")
 
-    m, inv = gen.shared(("softmax",) + _row_key(node, index, core), _outer(index, core), stats)
+    m, inv = gen.shared(("softmax", *_row_key(node, index, core)), _outer(index, core), stats)
     return f"({gen.fn('exp')}({_ins(gen, node, index)} - {m}) * {inv})"
 
 
@@ -204,7 +204,7 @@ def _l2norm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
             f"{s} += {_ins(gen, node, env)} * {_ins(gen, node, env)};"))
         return gen.let(f"{gen.fn('rsqrt')}({s} + {gen.lit(op.eps)})", "rn")
 
-    r = gen.shared(("l2",) + _row_key(node, index, core), _outer(index, core), stats)
+    r = gen.shared(("l2", *_row_key(node, index, core)), _outer(index, core), stats)
     return f"({_ins(gen, node, index)} * {r})"
 
 
@@ -231,7 +231,7 @@ def _moments(gen: KernelGen, node: Node, index: Mapping[Axis, str], core: tuple[
 def _layernorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.LayerNorm = node.op  # type: ignore[assignment]
     core = op.axes_
-    mu, r = gen.shared(("ln",) + _row_key(node, index, core), _outer(index, core),
+    mu, r = gen.shared(("ln", *_row_key(node, index, core)), _outer(index, core),
                        lambda: _moments(gen, node, index, core, op.eps, True))
     y = f"(({_ins(gen, node, index)} - {mu}) * {r})"
     if op.affine:
@@ -245,7 +245,7 @@ def _layernorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 def _rmsnorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.RMSNorm = node.op  # type: ignore[assignment]
     core = op.axes_
-    _, r = gen.shared(("rms",) + _row_key(node, index, core), _outer(index, core),
+    _, r = gen.shared(("rms", *_row_key(node, index, core)), _outer(index, core),
                       lambda: _moments(gen, node, index, core, op.eps, False))
     y = f"({_ins(gen, node, index)} * {r})"
     return f"{y} * {gen.param(node, 'weight', index)}" if op.affine else y

@@ -1,0 +1,150 @@
+"""ncd-opencl against its peers on this machine: one table per run, peers side by side.
+
+Peers: NumPy (the reference interpreter's ops, vectorised by NumPy/OpenBLAS), torch eager and
+torch.compile of the *same* model exported by ncd-torch (same parameters), with torch.compile's
+first call (its compile time) shown separately. ncd's first call includes planning, code
+generation and the OpenCL build (the on-disk program cache is cleared per run unless --warm).
+tinygrad is not run here (it needs a separate venv; see docs/opencl.md).
+
+    python benchmarks/opencl_bench.py            # the issue's sizes (minutes on 2 cores)
+    python benchmarks/opencl_bench.py --quick    # small sizes, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import ncd
+from ncd import nn, ops
+
+
+def _median(fn: Callable[[], Any], reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def workloads(quick: bool) -> list[tuple[str, Any, Callable[[Any], list[np.ndarray]]]]:
+    s = 8 if quick else 1
+    rng = np.random.default_rng(0)
+
+    def normal(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    out: list[tuple[str, Any, Callable[[Any], list[np.ndarray]]]] = []
+    r, c = 4096 // s, 4096 // s
+    out.append((f"softmax {r}x{c}", ops.softmax(ncd.Axis("x", size=c)).over(ncd.Axis("r", size=r)),
+                lambda m, r=r, c=c: [normal(r, c)]))
+    r, d = 8192 // s, 1024 // s
+    out.append((f"layernorm {r}x{d}", ops.layernorm(ncd.Axis("d", size=d)).over(ncd.Axis("r", size=r)),
+                lambda m, r=r, d=d: [normal(r, d)]))
+    n, d, f = 2048 // s, 1024 // s, 4096 // s
+    out.append((f"MLP {n}x{d}->{f}->{d} gelu", nn.mlp().over("s").bind(s=n, d_model=d, d_ff=f),
+                lambda m, n=n, d=d: [normal(n, d)]))
+    for seq in ((512, 1024, 2048) if not quick else (128,)):
+        att = nn.attention().over("h").bind(h=8, q=seq, x=seq, d=64, v=64)
+        out.append((f"attention 8x{seq}x64", att,
+                    lambda m, seq=seq: [normal(8, seq, 64), normal(8, seq, 64), normal(8, seq, 64)]))
+    seq, batch = (512, 4) if not quick else (64, 2)
+    dm, ff = (512, 2048) if not quick else (128, 512)
+    for layers in (1, 2, 3, 4):
+        ax = {n: ncd.Axis(n) for n in ("seq", "d_model", "heads", "d_head", "d_ff", "seq_k")}
+        blocks = [nn.transformer_block(ax["seq"], ax["d_model"], ax["heads"], ax["d_head"],
+                                       ax["d_ff"], seq_k=ax["seq_k"], label=f"blocks.{i}")
+                  for i in range(layers)]
+        model = blocks[0]
+        for b in blocks[1:]:
+            model = model >> b
+        model = model.over("batch").bind(batch=batch, seq=seq, d_model=dm, heads=8,
+                                         d_head=dm // 8, d_ff=ff)
+        out.append((f"transformer x{layers} b{batch} s{seq} d{dm}", model,
+                    lambda m, seq=seq, batch=batch, dm=dm: [normal(batch, seq, dm)]))
+    return out
+
+
+def bench(name: str, model: Any, make: Callable[[Any], list[np.ndarray]], reps: int,
+          peers: bool) -> dict[str, Any]:
+    xs = make(model)
+    params = ncd.init(model, seed=0)
+    row: dict[str, Any] = {"workload": name}
+    t0 = time.perf_counter()
+    exe = ncd.compile(model, "opencl")
+    got = exe(*xs, params=params)
+    row["ncd first"] = time.perf_counter() - t0
+    row["ncd"] = _median(lambda: exe(*xs, params=params), reps)
+    graph = ncd.reference.prepare(model, xs, params)[0]
+    row["kernels"] = len(exe.compiled(graph).gen.kernels)
+    want = ncd.run(model, *xs, params=params)
+    row["max err"] = float(np.max(np.abs(np.asarray(got) - np.asarray(want))))
+    row["numpy"] = _median(lambda: ncd.run(model, *xs, params=params), max(1, reps // 2))
+    if peers:
+        import torch
+
+        from ncd_torch import state_dict
+
+        torch.set_num_threads(os.cpu_count() or 1)
+        mod = ncd.export(model, "torch")
+        mod.load_state_dict(state_dict(params))
+        txs = [torch.from_numpy(x) for x in xs]
+        with torch.no_grad():
+            row["torch eager"] = _median(lambda: mod(*txs), reps)
+            cmod = torch.compile(mod)
+            t0 = time.perf_counter()
+            cmod(*txs)
+            row["torch.compile first"] = time.perf_counter() - t0
+            row["torch.compile"] = _median(lambda: cmod(*txs), reps)
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    cols = ["workload", "kernels", "ncd", "ncd first", "numpy", "torch eager", "torch.compile",
+            "torch.compile first", "ncd/tc", "10 fwd+compile ncd/tc", "max err"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        tc, tcf = r.get("torch.compile"), r.get("torch.compile first")
+        ratio = f"{r['ncd'] / tc:.2f}" if tc else "-"
+        e2e = (f"{(r['ncd first'] + 10 * r['ncd']) / (tcf + 10 * tc):.2f}" if tc and tcf else "-")
+
+        def ms(k: str) -> str:
+            v = r.get(k)
+            return "-" if v is None else (f"{v * 1e3:.1f} ms" if v < 10 else f"{v:.1f} s")
+
+        lines.append("| " + " | ".join([r["workload"], str(r["kernels"]), ms("ncd"), ms("ncd first"),
+                                          ms("numpy"), ms("torch eager"), ms("torch.compile"),
+                                          ms("torch.compile first"), ratio, e2e,
+                                          f"{r['max err']:.1e}"]) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--only", default="", help="substring of workload names to run")
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--warm", action="store_true", help="keep the on-disk program cache")
+    args = ap.parse_args()
+    if not args.warm:
+        os.environ["NCD_OPENCL_CACHE"] = tempfile.mkdtemp(prefix="ncd-opencl-bench-")
+    rows = []
+    for name, model, make in workloads(args.quick):
+        if args.only and args.only not in name:
+            continue
+        rows.append(bench(name, model, make, args.reps, not args.no_peers))
+        print(f"  done: {name}", flush=True)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
