@@ -61,3 +61,16 @@ def test_without_dot_a_clear_error_carries_the_dot_text(no_dot):
 def test_unknown_format_is_an_ncd_error():
     with pytest.raises(nd.DiagramError, match="known: svg"):
         nd.draw(attention(), "bmp")
+
+
+def test_native_engine_rasterises_the_native_svg():
+    from diagram_helpers import cairo_available
+
+    ok, why = cairo_available()
+    if not ok:
+        pytest.skip(why)
+    png = nd.draw(attention(), "png", engine="native")
+    pdf = nd.draw(attention(), "pdf", engine="native")
+    assert png.startswith(b"\x89PNG") and pdf.startswith(b"%PDF")
+    with pytest.raises(nd.DiagramError, match="unknown engine"):
+        nd.draw(attention(), "png", engine="inkscape")

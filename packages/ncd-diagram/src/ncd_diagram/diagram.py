@@ -19,11 +19,12 @@ from ncd_diagram.layout import Layout, layout, route_points, walk
 from ncd_diagram.structure import Block, Item, OpBox, Repeat, build
 from ncd_diagram.theme import Theme, resolve_theme
 
-__all__ = ["FORMAT", "FORMATS", "VERSION", "Diagram", "diagram", "draw", "save"]
+__all__ = ["ENGINES", "FORMAT", "FORMATS", "VERSION", "Diagram", "diagram", "draw", "save"]
 
 FORMAT = "ncd-diagram"
 VERSION = 1
 FORMATS = ("svg", "json", "dot", "png", "pdf", "gv.svg")
+ENGINES = ("graphviz", "native")
 
 
 def _graph_of(model: Any) -> Graph:
@@ -114,15 +115,23 @@ class Diagram:
                                              route_points(sub, r, a, ox, oy)]})
         return {"width": _r2(lay.w), "height": _r2(lay.h), "boxes": boxes, "wires": wires}
 
-    def render(self, fmt: str = "svg", legend: bool = False) -> str | bytes:
-        """``svg`` (native), ``json``, ``dot`` (text), or through Graphviz ``png``/``pdf``/
-        ``gv.svg``."""
+    def render(self, fmt: str = "svg", legend: bool = False,
+               engine: str = "graphviz") -> str | bytes:
+        """``svg`` (native), ``json``, ``dot`` (text), ``png``/``pdf`` (by ``engine``:
+        ``graphviz``, through the ``dot`` program, or ``native``, the native SVG rasterised by
+        CairoSVG), or Graphviz's own SVG as ``gv.svg``."""
         if fmt == "svg":
             return self.to_svg(legend)
         if fmt == "json":
             return self.to_json()
         if fmt == "dot":
             return self.to_dot(legend)
+        if engine not in ENGINES:
+            raise DiagramError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+        if fmt in ("png", "pdf") and engine == "native":
+            from ncd_diagram.raster import rasterise
+
+            return rasterise(self.to_svg(legend), fmt)
         if fmt in ("png", "pdf", "gv.svg"):
             from ncd_diagram.dot import pipe
 
@@ -154,19 +163,20 @@ def diagram(model: Any, **options: Any) -> Diagram:
     return Diagram(model, **options)
 
 
-def draw(model: Any, fmt: str = "svg", *, legend: bool = False, **options: Any) -> str | bytes:
+def draw(model: Any, fmt: str = "svg", *, legend: bool = False, engine: str = "graphviz",
+         **options: Any) -> str | bytes:
     """Render ``model`` in one call: ``draw(gpt, "svg", depth=1, legend=True)``."""
-    return Diagram(model, **options).render(fmt, legend)
+    return Diagram(model, **options).render(fmt, legend, engine)
 
 
 def save(model: Any, path: str | os.PathLike[str], fmt: str | None = None, *,
-         legend: bool = False, **options: Any) -> str:
+         legend: bool = False, engine: str = "graphviz", **options: Any) -> str:
     """Write a diagram file; the format defaults to the file extension. Returns the path."""
     path = os.fspath(path)
     if fmt is None:
         fmt = "gv.svg" if path.endswith(".gv.svg") else os.path.splitext(path)[1].lstrip(".").lower()
         fmt = {"gv": "dot"}.get(fmt, fmt)
-    data = draw(model, fmt, legend=legend, **options)
+    data = draw(model, fmt, legend=legend, engine=engine, **options)
     with open(path, "wb") as f:
         f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
     return path

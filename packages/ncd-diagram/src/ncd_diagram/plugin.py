@@ -19,15 +19,16 @@ __all__ = ["DiagramRenderer", "GraphvizRenderer", "configure_draw", "demo_step",
 OPTIONS = ("depth", "repeat", "theme", "plan")
 
 
-def _split(options: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+def _split(options: dict[str, Any]) -> tuple[dict[str, Any], bool, str]:
+    """Diagram options apart from the render options ``legend`` and ``engine``."""
     from ncd_diagram.errors import DiagramError
 
-    unknown = sorted(set(options) - {*OPTIONS, "legend"})
+    unknown = sorted(set(options) - {*OPTIONS, "legend", "engine"})
     if unknown:
         raise DiagramError(f"unknown diagram option(s) {', '.join(unknown)}; known: "
-                           f"{', '.join((*OPTIONS, 'legend'))}")
+                           f"{', '.join((*OPTIONS, 'legend', 'engine'))}")
     legend = bool(options.pop("legend", False))
-    return options, legend
+    return options, legend, str(options.pop("engine", "graphviz"))
 
 
 class DiagramRenderer(Renderer):
@@ -39,8 +40,8 @@ class DiagramRenderer(Renderer):
     def render(self, model: Any, fmt: str, **options: Any) -> str | bytes:
         from ncd_diagram.diagram import Diagram
 
-        opts, legend = _split(dict(options))
-        return Diagram(model, **opts).render(fmt, legend)
+        opts, legend, engine = _split(dict(options))
+        return Diagram(model, **opts).render(fmt, legend, engine)
 
 
 class GraphvizRenderer(Renderer):
@@ -56,8 +57,8 @@ class GraphvizRenderer(Renderer):
     def render(self, model: Any, fmt: str, **options: Any) -> str | bytes:
         from ncd_diagram.diagram import Diagram
 
-        opts, legend = _split(dict(options))
-        return Diagram(model, **opts).render(fmt, legend)
+        opts, legend, engine = _split(dict(options))
+        return Diagram(model, **opts).render(fmt, legend, engine)
 
 
 # -- ncd draw ---------------------------------------------------------------------------------------
@@ -81,8 +82,8 @@ def configure_draw(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", choices=("fuse", "unfused"),
                    help="draw a kernel schedule: ncd.fuse(model) or one kernel per op")
     p.add_argument("--engine", choices=("native", "graphviz"), default=None,
-                   help="how png is made: rasterise the native SVG (CairoSVG) or Graphviz's dot "
-                        "(default: native when CairoSVG works, else graphviz)")
+                   help="how png/pdf are made: rasterise the native SVG (CairoSVG) or Graphviz's "
+                        "dot (default: native for png when CairoSVG works, else graphviz)")
 
 
 def _format(args: argparse.Namespace) -> str:
@@ -109,12 +110,8 @@ def run_draw(args: argparse.Namespace) -> int:
     d = Diagram(model, depth=args.depth, repeat=not args.no_repeat, theme=args.theme,
                 plan=_plan(model, args.plan))
     try:
-        if fmt == "png" and args.engine != "graphviz" and (args.engine == "native" or _cairo()):
-            from ncd_diagram.raster import svg_to_png
-
-            data: str | bytes = svg_to_png(d.to_svg(args.legend))
-        else:
-            data = d.render(fmt, args.legend)
+        engine = args.engine or ("native" if fmt == "png" and _cairo() else "graphviz")
+        data = d.render(fmt, args.legend, engine)
     except GraphvizNotFoundError as e:
         print(f"ncd draw: {e}", file=sys.stderr)
         if args.output:
