@@ -88,14 +88,12 @@ def hand_state(params: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     return out
 
 
-def median_ms(fn: object, tokens: torch.Tensor, repeat: int) -> float:
-    times = []
-    with torch.no_grad():
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn(tokens)  # type: ignore[operator]
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+def forward_ms(fn: object, tokens: torch.Tensor) -> tuple[float, float]:
+    """(CPU ms of this thread, wall ms) of one forward. With one torch thread all the work runs
+    on the calling thread, so its CPU time is robust to other processes sharing the cores."""
+    c0, t0 = time.thread_time(), time.perf_counter()
+    fn(tokens)  # type: ignore[operator]
+    return (time.thread_time() - c0) * 1e3, (time.perf_counter() - t0) * 1e3
 
 
 def main() -> None:
@@ -106,9 +104,8 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--d-ff", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=512)
-    p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--repeat", type=int, default=60)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=5)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     d_head = a.d_model // a.heads
@@ -128,18 +125,27 @@ def main() -> None:
         for name, hand in peers.items():
             diff = (hand(tokens) - want).abs().max().item()
             assert diff < 1e-3, f"{name} disagrees with the export: {diff:.2e}"
-    print(f"GPT {a.layers} layers, {sizes}, {a.threads} thread(s), median of {a.repeat}")
-    runs: dict[str, list[float]] = {"ncd_torch.to_module": [], **{k: [] for k in peers}}
-    for _ in range(a.rounds):  # interleave rounds so drift hits every peer alike
-        runs["ncd_torch.to_module"].append(median_ms(exported, tokens, a.repeat))
-        for name, hand in peers.items():
-            runs[name].append(median_ms(hand, tokens, a.repeat))
-    ours = min(runs["ncd_torch.to_module"])
-    print(f"{'module':32} {'forward ms':>11} {'exported / this':>16}")
-    for name, ms in runs.items():
-        best = min(ms)
-        print(f"{name:32} {best:11.2f} {ours / best:16.2f}")
-
+    names = ["ncd_torch.to_module", *peers]
+    modules = [exported, *peers.values()]
+    print(f"GPT {a.layers} layers, {sizes}, {a.threads} thread(s); {a.repeat} rounds, each "
+          "running every module once in rotating order; medians (cpu: this thread's CPU time)")
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    with torch.no_grad():
+        for m in modules:  # warm up
+            m(tokens)
+        for r in range(a.repeat):
+            for k in range(len(names)):
+                i = (r + k) % len(names)
+                c, w = forward_ms(modules[i], tokens)
+                cpu[names[i]].append(c)
+                wall[names[i]].append(w)
+    print(f"{'module':28} {'cpu ms':>8} {'wall ms':>9} {'exported/this (cpu, paired)':>28}")
+    ours = cpu[names[0]]
+    for n in names:
+        ratio = statistics.median(o / t for o, t in zip(ours, cpu[n], strict=True))
+        print(f"{n:28} {statistics.median(cpu[n]):8.2f} {statistics.median(wall[n]):9.2f} "
+              f"{ratio:28.3f}")
 
 if __name__ == "__main__":
     main()
