@@ -21,7 +21,7 @@ from ncd.graph import Graph
 from ncd_diagram.structure import TIMES, Block, Item, OpBox, Repeat
 from ncd_diagram.theme import Theme
 
-__all__ = ["Layout", "Placed", "Port", "Route", "layout", "route_points", "walk"]
+__all__ = ["Layout", "Placed", "Port", "Route", "crossings", "layout", "route_points", "walk"]
 
 NodeKind = Literal["item", "dummy", "in", "out"]
 STACK_OFFSET = 5.0  # shift of each shadow box behind a Repeat
@@ -353,3 +353,23 @@ def walk(lay: Layout, ox: float = 0.0, oy: float = 0.0,
         yield lay, n, ox + n.x, oy + n.y, depth
         if n.inner is not None:
             yield from walk(n.inner, ox + n.x + n.inner_dx, oy + n.y + n.inner_dy, depth + 1)
+
+
+def crossings(lay: Layout) -> int:
+    """Pairs of value segments that cross between adjacent layers of one layout (its nested
+    layouts not included): a measure of how tangled the ordering left it."""
+    segments: dict[int, list[tuple[float, float]]] = {}
+    for r in lay.routes:
+        chain = [r.src, *((d, 0) for d in r.via), r.dst]
+        for (a, pa), (b, pb) in itertools.pairwise(chain):
+            na, nb = lay.nodes[a], lay.nodes[b]
+            ya = na.y + _mid(na.outs[pa] if (a, pa) == r.src else na.outs[0])
+            yb = nb.y + _mid(nb.ins[pb] if (b, pb) == r.dst else nb.ins[0])
+            segments.setdefault(na.layer, []).append((ya, yb))
+    count = 0
+    for segs in segments.values():
+        for i, (a0, a1) in enumerate(segs):
+            for b0, b1 in segs[i + 1:]:
+                if (a0 - b0) * (a1 - b1) < 0:
+                    count += 1
+    return count
