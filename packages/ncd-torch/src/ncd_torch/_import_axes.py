@@ -57,6 +57,11 @@ class AxisTable:
         hints = self.hints[self.find(v)]
         return max(hints)[2] if hints else "dim"
 
+    def sizes_named(self, name: str) -> set[int]:
+        """Sizes of the classes currently named ``name``."""
+        return {self.size[r] for r in {self.find(v) for v in range(len(self.parent))}
+                if self.name(r) == name}
+
     def meet(self, vs: Iterable[int]) -> None:
         self.meets.append(set(vs))
 

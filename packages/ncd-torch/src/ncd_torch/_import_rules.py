@@ -203,7 +203,9 @@ def _linear(c: Capture, node: Any) -> None:
         bias = None if bias is None else bias.reshape(split)
     else:
         name = "d_ff" if c.feeds_activation(node) else (c.leaf(node).split(".")[-1] or "features")
-        outs = (c.axes.new(weight.shape[0], name, 2 if name == "d_ff" else 1),)
+        if name != "d_ff" and weight.shape[0] in c.axes.sizes_named("vocab"):
+            name = "vocab"  # an unembedding back to the embedding's vocabulary
+        outs = (c.axes.new(weight.shape[0], name, 2 if name in ("d_ff", "vocab") else 1),)
     params = {"weight": w} if bias is None else {"weight": w, "bias": bias}
     op = L.Linear(tuple(c.axis(v) for v in ins), tuple(c.axis(v) for v in outs), bias is not None,
                   name=c.leaf(node) or "linear")
