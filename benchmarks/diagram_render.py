@@ -22,11 +22,14 @@ def _time(fn):  # one run: these are seconds-scale, whole-pipeline timings
 
 def main() -> None:
     graphviz = shutil.which("dot") is not None and "--no-graphviz" not in sys.argv
-    print(f"{'layers':>6} {'ops':>5} {'boxes+layout s':>15} {'svg s':>7} {'svg MB':>7} "
-          f"{'json s':>7} {'dot text s':>10} {'graphviz svg s':>15} {'graphviz/native':>16}")
+    print(
+        f"{'layers':>6} {'ops':>5} {'boxes+layout s':>15} {'svg s':>7} {'svg MB':>7} "
+        f"{'json s':>7} {'dot text s':>10} {'graphviz svg s':>15} {'graphviz/native':>16}"
+    )
     for layers in (6, 12, 24, 48):
-        model = ncd.nn.gpt(layers=layers).bind(seq=1024, d_model=768, heads=12, d_head=64,
-                                                d_ff=3072, vocab=50257)
+        model = ncd.nn.gpt(layers=layers).bind(
+            seq=1024, d_model=768, heads=12, d_head=64, d_ff=3072, vocab=50257
+        )
         _ = model.graph  # lowering is ncd-core's cost, not the diagram's
         t_lay, d = _time(lambda m=model: _laid_out(m))
         t_svg, svg = _time(d.to_svg)
@@ -40,8 +43,10 @@ def main() -> None:
             gv, ratio = f"{t_gv:>15.2f}", f"{t_gv / native:>15.1f}x"
         else:
             gv, ratio = f"{'(no dot)':>15}", f"{'-':>16}"
-        print(f"{layers:>6} {len(model.graph.nodes):>5} {t_lay:>15.3f} {t_svg:>7.3f} "
-              f"{len(svg) / 1e6:>7.2f} {t_json:>7.3f} {t_dot:>10.3f} {gv} {ratio}")
+        print(
+            f"{layers:>6} {len(model.graph.nodes):>5} {t_lay:>15.3f} {t_svg:>7.3f} "
+            f"{len(svg) / 1e6:>7.2f} {t_json:>7.3f} {t_dot:>10.3f} {gv} {ratio}"
+        )
 
 
 def _laid_out(model: ncd.Term) -> nd.Diagram:

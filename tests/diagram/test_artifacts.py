@@ -14,8 +14,12 @@ MODELS = {
     "mha": (ncd.nn.multihead_attention, {}),
     "gpt2": (lambda: ncd.nn.gpt(layers=2), {"repeat": False}),
     "gpt2_folded": (lambda: ncd.nn.gpt(layers=2), {}),
-    "gpt12_top": (lambda: ncd.nn.gpt(layers=12).bind(seq=64, d_model=128, heads=4, d_head=32,
-                                                       d_ff=512, vocab=256), {"depth": 1}),
+    "gpt12_top": (
+        lambda: ncd.nn.gpt(layers=12).bind(
+            seq=64, d_model=128, heads=4, d_head=32, d_ff=512, vocab=256
+        ),
+        {"depth": 1},
+    ),
     "flash_attention": (attention, {"plan": "fuse"}),
 }
 
@@ -43,7 +47,9 @@ def test_native_png(name, artifacts):
     (artifacts / f"{name}.dark.png").write_bytes(nd.svg_to_png(dark))
 
 
-@pytest.mark.skipif(not HAS_DOT, reason="Graphviz's dot is not installed (CI: apt-get install graphviz)")
+@pytest.mark.skipif(
+    not HAS_DOT, reason="Graphviz's dot is not installed (CI: apt-get install graphviz)"
+)
 @pytest.mark.parametrize("name", ["attention", "mha", "gpt2", "flash_attention"])
 def test_graphviz_png(name, artifacts):
     make, options = MODELS[name]

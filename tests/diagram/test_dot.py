@@ -41,7 +41,9 @@ def test_dot_quotes_hostile_names():
     assert 'x\\"] ; evil [label=\\"' in text
 
 
-@pytest.mark.skipif(not HAS_DOT, reason="Graphviz's dot is not installed (apt-get install graphviz)")
+@pytest.mark.skipif(
+    not HAS_DOT, reason="Graphviz's dot is not installed (apt-get install graphviz)"
+)
 @pytest.mark.parametrize("fmt,magic", [("png", b"\x89PNG"), ("pdf", b"%PDF"), ("gv.svg", b"<")])
 def test_graphviz_renders(fmt, magic):
     data = nd.draw(ncd.nn.multihead_attention(), fmt)

@@ -16,8 +16,11 @@ CASES = {c.name: c for c in cases()}
 
 
 def _wire_uses(root):
-    return Counter((el.get("data-value"), el.get("data-axis"))
-                   for el in elements(root, "path") if el.get("class") == "wire")
+    return Counter(
+        (el.get("data-value"), el.get("data-axis"))
+        for el in elements(root, "path")
+        if el.get("class") == "wire"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -42,4 +45,3 @@ def test_builtin_model_draws(name, depth):
     model = load_model(name)
     root = parse(nd.draw(model, depth=depth))
     assert elements(root, "path", "wire")
-

@@ -24,7 +24,9 @@ def test_header_axes_and_values():
     assert data["format"] == nd.FORMAT and data["version"] == nd.VERSION == 1
     g = model.graph
     assert [a["uid"] for a in data["axes"]] == [a.uid for a in g.axes]
-    assert all(a["colour"] == ax.colour and a["name"] == ax.name for a, ax in zip(data["axes"], g.axes))
+    assert all(
+        a["colour"] == ax.colour and a["name"] == ax.name for a, ax in zip(data["axes"], g.axes)
+    )
     assert len(data["values"]) == len(g.values)
     assert data["inputs"] == list(g.inputs) and data["outputs"] == list(g.outputs)
 

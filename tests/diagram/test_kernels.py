@@ -16,18 +16,36 @@ def test_flash_attention_plan_marks_partitions_with_hexagons():
     q = next(a for a in g.axes if a.name == "q")
     x = next(a for a in g.axes if a.name == "x")
     ins, outs = kernel_io(g, range(len(g.nodes)))
-    plan = FusionPlan(g, [Kernel(g, range(len(g.nodes)), ins, outs,
-                                 [Partition(q, "group", 64), Partition(x, "stream", 32)], "flash")])
+    plan = FusionPlan(
+        g,
+        [
+            Kernel(
+                g,
+                range(len(g.nodes)),
+                ins,
+                outs,
+                [Partition(q, "group", 64), Partition(x, "stream", 32)],
+                "flash",
+            )
+        ],
+    )
     root = parse(nd.draw(model, plan=plan))
     hexes = elements(root, "polygon", "partition")
     assert {(h.get("data-axis"), h.get("data-partition")) for h in hexes} == {
-        (q.uid, "g0"), (x.uid, "s0")}
+        (q.uid, "g0"),
+        (x.uid, "s0"),
+    }
     assert {el.get("data-kernel") for el in elements(root, "rect", "kernel")} == {"0"}
     levels = {el.get("data-level") for el in elements(root, "path", "memory")}
     assert levels == {"0", "1"}  # model inputs/outputs in memory, scores kept on chip
     data = nd.diagram(model, plan=plan).to_dict()
     assert data["kernels"]["kernels"][0]["partitions"][1] == {
-        "axis": x.uid, "kind": "stream", "tile": 32, "level": 0, "tail": True}
+        "axis": x.uid,
+        "kind": "stream",
+        "tile": 32,
+        "level": 0,
+        "tail": True,
+    }
     assert "s0:x" in nd.draw(model, "dot", plan=plan)
 
 

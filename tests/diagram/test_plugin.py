@@ -44,16 +44,21 @@ def test_ncd_draw_writes_svg_json_dot(tmp_path, capsys):
     assert json.loads((tmp_path / "a.json").read_text())["format"] == "ncd-diagram"
     assert main(["draw", "mlp", "--format", "dot", "--bind", "d_model=7"]) == 0
     assert "digraph" in capsys.readouterr().out
-    assert main(["draw", "gpt", "-o", str(tmp_path / "g.dark.svg"), "--theme", "dark",
-                 "--no-repeat"]) == 0
+    assert (
+        main(["draw", "gpt", "-o", str(tmp_path / "g.dark.svg"), "--theme", "dark", "--no-repeat"])
+        == 0
+    )
 
 
 def test_ncd_draw_kernel_plans(tmp_path):
     for plan in ("fuse", "unfused"):
         out = tmp_path / f"{plan}.svg"
         assert main(["draw", "attention", "--plan", plan, "-o", str(out)]) == 0
-        kernels = [el for el in parse(out.read_text()).iter()
-                   if "kernel" in (el.get("class") or "").split()]
+        kernels = [
+            el
+            for el in parse(out.read_text()).iter()
+            if "kernel" in (el.get("class") or "").split()
+        ]
         assert kernels
 
 

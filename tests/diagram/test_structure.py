@@ -84,8 +84,12 @@ def test_layout_leaves_no_crossing_bundles_in_the_standard_blocks():
     import ncd_diagram as nd
     from ncd_diagram.layout import crossings, walk
 
-    for model in (ncd.nn.transformer_block(), ncd.nn.multihead_attention(), ncd.nn.gpt(layers=2),
-                  ncd.nn.spherical_attention()):
+    for model in (
+        ncd.nn.transformer_block(),
+        ncd.nn.multihead_attention(),
+        ncd.nn.gpt(layers=2),
+        ncd.nn.spherical_attention(),
+    ):
         lay = nd.diagram(model, repeat=False).layout
         inner = [n.inner for _, n, *_ in walk(lay) if n.inner is not None]
         assert [crossings(sub) for sub in (lay, *inner)] == [0] * (1 + len(inner))
@@ -101,5 +105,5 @@ def test_layout_boxes_of_one_layout_never_overlap():
         groups.setdefault(id(sub), []).append((x, y, x + n.w, y + n.h))
     for boxes in groups.values():
         for i, a in enumerate(boxes):
-            for b in boxes[i + 1:]:
+            for b in boxes[i + 1 :]:
                 assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)

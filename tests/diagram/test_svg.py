@@ -56,8 +56,10 @@ def test_every_input_wire_of_a_nested_model_is_drawn_in_its_colour():
     model = ncd.nn.multihead_attention()
     g = model.graph
     root = parse(nd.draw(model))
-    drawn = {(el.get("data-value"), el.get("data-axis")): el.get("stroke")
-             for el in elements(root, "path", "wire")}
+    drawn = {
+        (el.get("data-value"), el.get("data-axis")): el.get("stroke")
+        for el in elements(root, "path", "wire")
+    }
     for node in g.nodes:
         for v in node.inputs:
             for a in g.values[v].axes:
@@ -70,11 +72,14 @@ def test_learned_ops_are_bold_and_name_their_parameters():
     ops_ = elements(root, "rect", "op")
     learned = [el for el in ops_ if "learned" in el.get("class").split()]
     plain = [el for el in ops_ if "learned" not in el.get("class").split()]
-    assert {el.get("data-params") for el in learned} == {"fc.weight fc.bias",
-                                                         "proj.weight proj.bias"}
+    assert {el.get("data-params") for el in learned} == {
+        "fc.weight fc.bias",
+        "proj.weight proj.bias",
+    }
     assert len(plain) == 1  # gelu
-    assert min(float(el.get("stroke-width")) for el in learned) > \
-        2 * float(plain[0].get("stroke-width"))
+    assert min(float(el.get("stroke-width")) for el in learned) > 2 * float(
+        plain[0].get("stroke-width")
+    )
 
 
 def test_lifted_axes_weave_through_and_contractions_join_at_a_dot():
@@ -105,8 +110,14 @@ def test_repeated_blocks_collapse_to_one_box_marked_times_n():
     assert "\u00d712" in texts(root)
     assert any("blocks.0 … blocks.11" in t for t in texts(root))
     # the body is drawn once: 12 layers but only one block's q projection
-    assert sum(1 for el in elements(root, "rect", "op") if el.get("data-params", "").endswith(
-        "attn.q.weight blocks.0.attn.q.bias")) == 1
+    assert (
+        sum(
+            1
+            for el in elements(root, "rect", "op")
+            if el.get("data-params", "").endswith("attn.q.weight blocks.0.attn.q.bias")
+        )
+        == 1
+    )
     flat = parse(nd.draw(model, repeat=False))
     assert not elements(flat, "rect", "repeat")
     assert len(elements(flat, "rect", "block")) >= 12
@@ -128,8 +139,11 @@ def test_legend_lists_every_drawn_axis():
     model = ncd.nn.transformer_block()
     root = parse(nd.draw(model, legend=True))
     swatches = {el.get("data-axis") for el in elements(root, "line", "legend-swatch")}
-    assert swatches == {a.uid for a in model.graph.axes if any(
-        a in model.graph.values[v].axes for v in range(len(model.graph.values)))}
+    assert swatches == {
+        a.uid
+        for a in model.graph.axes
+        if any(a in model.graph.values[v].axes for v in range(len(model.graph.values)))
+    }
     assert not elements(parse(nd.draw(model)), "line", "legend-swatch")
 
 

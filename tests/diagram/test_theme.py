@@ -32,8 +32,10 @@ def test_theme_from_dict_and_json(tmp_path):
     assert nd.Theme.from_dict(nd.DARK.to_dict()) == nd.DARK
 
 
-@pytest.mark.parametrize("bad,match", [({"colour_of_sky": "blue"}, "unknown theme key"),
-                                       ({"base": "neon"}, "unknown base theme")])
+@pytest.mark.parametrize(
+    "bad,match",
+    [({"colour_of_sky": "blue"}, "unknown theme key"), ({"base": "neon"}, "unknown base theme")],
+)
 def test_bad_themes_are_named(bad, match):
     with pytest.raises(nd.DiagramError, match=match):
         nd.Theme.from_dict(bad)
@@ -49,7 +51,7 @@ def test_dark_theme_keeps_axis_hues_but_lifts_their_lightness():
     colour = {a.uid: a.colour for a in model.graph.axes}
 
     def hls(c):
-        return colorsys.rgb_to_hls(*(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)))
+        return colorsys.rgb_to_hls(*(int(c[i : i + 2], 16) / 255 for i in (1, 3, 5)))
 
     for el in elements(root, "path"):
         if el.get("class") == "wire":

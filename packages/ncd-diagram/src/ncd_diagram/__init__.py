@@ -14,5 +14,18 @@ from ncd_diagram.errors import DiagramError, GraphvizNotFoundError
 from ncd_diagram.raster import svg_to_png
 from ncd_diagram.theme import DARK, LIGHT, Theme
 
-__all__ = ["DARK", "FORMAT", "FORMATS", "LIGHT", "VERSION", "Diagram", "DiagramError",
-           "GraphvizNotFoundError", "Theme", "diagram", "draw", "save", "svg_to_png"]
+__all__ = [
+    "DARK",
+    "FORMAT",
+    "FORMATS",
+    "LIGHT",
+    "VERSION",
+    "Diagram",
+    "DiagramError",
+    "GraphvizNotFoundError",
+    "Theme",
+    "diagram",
+    "draw",
+    "save",
+    "svg_to_png",
+]

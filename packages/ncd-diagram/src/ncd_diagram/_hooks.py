@@ -17,8 +17,14 @@ def ncd_register_renderers() -> list[Renderer]:
 def ncd_register_commands() -> list[Command]:
     from ncd_diagram.plugin import configure_draw, run_draw
 
-    return [Command("draw", "draw a model as a neural circuit diagram (svg, png, pdf, dot, json)",
-                    configure_draw, run_draw)]
+    return [
+        Command(
+            "draw",
+            "draw a model as a neural circuit diagram (svg, png, pdf, dot, json)",
+            configure_draw,
+            run_draw,
+        )
+    ]
 
 
 @hookimpl

@@ -40,11 +40,21 @@ def _graph_of(model: Any) -> Graph:
 class Diagram:
     """A model's diagram: ``root`` (the item tree), ``layout``, and the renderers."""
 
-    def __init__(self, model: Any, *, depth: int | None = None, repeat: bool = True,
-                 theme: Theme | Mapping[str, Any] | str | None = None,
-                 plan: FusionPlan | None = None) -> None:
-        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
-            raise DiagramError(f"depth must be None (everything open) or an int >= 0, got {depth!r}")
+    def __init__(
+        self,
+        model: Any,
+        *,
+        depth: int | None = None,
+        repeat: bool = True,
+        theme: Theme | Mapping[str, Any] | str | None = None,
+        plan: FusionPlan | None = None,
+    ) -> None:
+        if depth is not None and (
+            isinstance(depth, bool) or not isinstance(depth, int) or depth < 0
+        ):
+            raise DiagramError(
+                f"depth must be None (everything open) or an int >= 0, got {depth!r}"
+            )
         self.graph = _graph_of(model)
         self.depth, self.repeat = depth, repeat
         self.theme = resolve_theme(theme)
@@ -78,13 +88,19 @@ class Diagram:
         """The diagram JSON (format ``ncd-diagram``, version 1; see docs/diagram.md)."""
         g = self.graph
         out: dict[str, Any] = {
-            "format": FORMAT, "version": VERSION, "title": self.title,
+            "format": FORMAT,
+            "version": VERSION,
+            "title": self.title,
             "options": {"depth": self.depth, "repeat": self.repeat},
-            "axes": [{"uid": a.uid, "name": a.name, "size": a.size, "colour": a.colour}
-                     for a in g.axes],
-            "values": [{"id": v, "axes": [a.uid for a in t.axes], "dtype": t.dtype}
-                       for v, t in enumerate(g.values)],
-            "inputs": list(g.inputs), "outputs": list(g.outputs),
+            "axes": [
+                {"uid": a.uid, "name": a.name, "size": a.size, "colour": a.colour} for a in g.axes
+            ],
+            "values": [
+                {"id": v, "axes": [a.uid for a in t.axes], "dtype": t.dtype}
+                for v, t in enumerate(g.values)
+            ],
+            "inputs": list(g.inputs),
+            "outputs": list(g.outputs),
             "root": _item_dict(self.root),
             "kernels": None if self.plan is None else self.plan.to_dict(),
         }
@@ -110,13 +126,20 @@ class Diagram:
         for sub, ox, oy in layouts:
             for r in sub.routes:
                 for a in sub.nodes[r.src[0]].outs[r.src[1]].axes:
-                    wires.append({"value": r.value, "axis": a.uid,
-                                  "points": [[_r2(px), _r2(py)] for px, py in
-                                             route_points(sub, r, a, ox, oy)]})
+                    wires.append(
+                        {
+                            "value": r.value,
+                            "axis": a.uid,
+                            "points": [
+                                [_r2(px), _r2(py)] for px, py in route_points(sub, r, a, ox, oy)
+                            ],
+                        }
+                    )
         return {"width": _r2(lay.w), "height": _r2(lay.h), "boxes": boxes, "wires": wires}
 
-    def render(self, fmt: str = "svg", legend: bool = False,
-               engine: str = "graphviz") -> str | bytes:
+    def render(
+        self, fmt: str = "svg", legend: bool = False, engine: str = "graphviz"
+    ) -> str | bytes:
         """``svg`` (native), ``json``, ``dot`` (text), ``png``/``pdf`` (by ``engine``:
         ``graphviz``, through the ``dot`` program, or ``native``, the native SVG rasterised by
         CairoSVG), or Graphviz's own SVG as ``gv.svg``."""
@@ -142,20 +165,38 @@ class Diagram:
 def _item_dict(item: Item) -> dict[str, Any]:
     base = {"id": item.id, "label": item.label, "inputs": item.inputs, "outputs": item.outputs}
     if isinstance(item, OpBox):
-        return {**base, "type": "op", "node": item.node, "kind": item.kind,
-                "category": item.category, "learned": bool(item.learned),
-                "params": list(item.learned), "loop": [a.uid for a in item.loop],
-                "core_in": [[a.uid for a in g] for g in item.core_in],
-                "core_out": [[a.uid for a in g] for g in item.core_out],
-                "contracted": [a.uid for a in item.contracted]}
+        return {
+            **base,
+            "type": "op",
+            "node": item.node,
+            "kind": item.kind,
+            "category": item.category,
+            "learned": bool(item.learned),
+            "params": list(item.learned),
+            "loop": [a.uid for a in item.loop],
+            "core_in": [[a.uid for a in g] for g in item.core_in],
+            "core_out": [[a.uid for a in g] for g in item.core_out],
+            "contracted": [a.uid for a in item.contracted],
+        }
     if isinstance(item, Repeat):
-        return {**base, "type": "repeat", "count": item.count,
-                "scopes": [b.scope for b in item.blocks],
-                "labels": [b.scope_label for b in item.blocks], "body": _item_dict(item.body)}
+        return {
+            **base,
+            "type": "repeat",
+            "count": item.count,
+            "scopes": [b.scope for b in item.blocks],
+            "labels": [b.scope_label for b in item.blocks],
+            "body": _item_dict(item.body),
+        }
     assert isinstance(item, Block)
-    return {**base, "type": "block", "scope": item.scope, "name": item.name,
-            "scope_label": item.scope_label, "open": item.open,
-            "children": [_item_dict(c) for c in item.children] if item.open else []}
+    return {
+        **base,
+        "type": "block",
+        "scope": item.scope,
+        "name": item.name,
+        "scope_label": item.scope_label,
+        "open": item.open,
+        "children": [_item_dict(c) for c in item.children] if item.open else [],
+    }
 
 
 def diagram(model: Any, **options: Any) -> Diagram:
@@ -163,18 +204,28 @@ def diagram(model: Any, **options: Any) -> Diagram:
     return Diagram(model, **options)
 
 
-def draw(model: Any, fmt: str = "svg", *, legend: bool = False, engine: str = "graphviz",
-         **options: Any) -> str | bytes:
+def draw(
+    model: Any, fmt: str = "svg", *, legend: bool = False, engine: str = "graphviz", **options: Any
+) -> str | bytes:
     """Render ``model`` in one call: ``draw(gpt, "svg", depth=1, legend=True)``."""
     return Diagram(model, **options).render(fmt, legend, engine)
 
 
-def save(model: Any, path: str | os.PathLike[str], fmt: str | None = None, *,
-         legend: bool = False, engine: str = "graphviz", **options: Any) -> str:
+def save(
+    model: Any,
+    path: str | os.PathLike[str],
+    fmt: str | None = None,
+    *,
+    legend: bool = False,
+    engine: str = "graphviz",
+    **options: Any,
+) -> str:
     """Write a diagram file; the format defaults to the file extension. Returns the path."""
     path = os.fspath(path)
     if fmt is None:
-        fmt = "gv.svg" if path.endswith(".gv.svg") else os.path.splitext(path)[1].lstrip(".").lower()
+        fmt = (
+            "gv.svg" if path.endswith(".gv.svg") else os.path.splitext(path)[1].lstrip(".").lower()
+        )
         fmt = {"gv": "dot"}.get(fmt, fmt)
     data = draw(model, fmt, legend=legend, engine=engine, **options)
     with open(path, "wb") as f:

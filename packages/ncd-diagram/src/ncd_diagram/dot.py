@@ -26,8 +26,9 @@ def quote(text: str) -> str:
 
 
 def _axes_label(graph: Graph, value: int) -> str:
-    return " ".join(a.name if a.size is None else f"{a.name}={a.size}"
-                    for a in graph.values[value].axes)
+    return " ".join(
+        a.name if a.size is None else f"{a.name}={a.size}" for a in graph.values[value].axes
+    )
 
 
 class _Writer:
@@ -44,16 +45,21 @@ class _Writer:
         t = self.t
         if isinstance(item, OpBox):
             name = f"n{item.node}"
-            attrs = {"label": item.label + (f"\nover {', '.join(a.name for a in item.loop)}"
-                                            if item.loop else ""),
-                     "shape": "box", "style": "rounded,filled",
-                     "fillcolor": t.learned_fill if item.learned else t.box_fill,
-                     "color": t.learned_stroke if item.learned else t.box_stroke,
-                     "penwidth": str(t.learned_stroke_width if item.learned else t.box_stroke_width)}
+            attrs = {
+                "label": item.label
+                + (f"\nover {', '.join(a.name for a in item.loop)}" if item.loop else ""),
+                "shape": "box",
+                "style": "rounded,filled",
+                "fillcolor": t.learned_fill if item.learned else t.box_fill,
+                "color": t.learned_stroke if item.learned else t.box_stroke,
+                "penwidth": str(t.learned_stroke_width if item.learned else t.box_stroke_width),
+            }
             plan = self.d.plan
             if plan is not None and plan.kernel_of(item.node) is not None:
                 _, kname = plan.kernel_of(item.node) or (0, "")
-                parts = " ".join(f"\u2b21{lab}:{a.name}" for a, lab, _ in plan.partitions_of(item.node))
+                parts = " ".join(
+                    f"\u2b21{lab}:{a.name}" for a, lab, _ in plan.partitions_of(item.node)
+                )
                 attrs["label"] += f"\n{kname}" + (f" {parts}" if parts else "")
                 attrs["color"] = t.kernel_stroke
             self.emit(depth, f"{name} [{_attrs(attrs)}];")
@@ -72,8 +78,14 @@ class _Writer:
         t = self.t
         if not b.open:
             name = f"s{b.scope}"
-            style = {"label": label, "shape": "box3d", "style": "filled",
-                     "fillcolor": t.block_fill, "color": t.block_stroke, "fontcolor": t.block_title}
+            style = {
+                "label": label,
+                "shape": "box3d",
+                "style": "filled",
+                "fillcolor": t.block_fill,
+                "color": t.block_stroke,
+                "fontcolor": t.block_title,
+            }
             self.emit(depth, f"{name} [{_attrs(style)}];")
             self.node_io(name, b)
             if exits:
@@ -81,10 +93,20 @@ class _Writer:
                     self.owner[v] = name
             return
         self.emit(depth, f"subgraph cluster_s{b.scope} {{")
-        self.emit(depth + 1, _attrs({"label": label, "style": "rounded,filled",
-                                     "fillcolor": t.block_fill if depth % 2 else t.block_fill_alt,
-                                     "color": t.block_stroke, "fontcolor": t.block_title},
-                                    sep=";\n" + "  " * (depth + 1)) + ";")
+        self.emit(
+            depth + 1,
+            _attrs(
+                {
+                    "label": label,
+                    "style": "rounded,filled",
+                    "fillcolor": t.block_fill if depth % 2 else t.block_fill_alt,
+                    "color": t.block_stroke,
+                    "fontcolor": t.block_title,
+                },
+                sep=";\n" + "  " * (depth + 1),
+            )
+            + ";",
+        )
         for c in b.children:
             self.item(c, depth + 1)
         self.emit(depth, "}")
@@ -108,13 +130,22 @@ def to_dot(d: Diagram, legend: bool = False) -> str:
     g, t = d.graph, d.theme
     w = _Writer(d)
     w.emit(0, f"digraph {quote(d.title)} {{")
-    w.emit(1, f"graph [rankdir=LR, compound=true, bgcolor={quote(t.background)}, "
-              f"fontname={quote(t.font_family.split(',')[0])}, fontcolor={quote(t.foreground)}, "
-              f"label={quote(d.title)}, labelloc=t, nodesep=0.25, ranksep=0.45];")
-    w.emit(1, f"node [fontname={quote(t.font_family.split(',')[0])}, fontsize={t.font_size:g}, "
-              f"fontcolor={quote(t.foreground)}];")
-    w.emit(1, f"edge [fontname={quote(t.font_family.split(',')[0])}, fontsize={t.label_size:g}, "
-              f"arrowhead=none];")
+    w.emit(
+        1,
+        f"graph [rankdir=LR, compound=true, bgcolor={quote(t.background)}, "
+        f"fontname={quote(t.font_family.split(',')[0])}, fontcolor={quote(t.foreground)}, "
+        f"label={quote(d.title)}, labelloc=t, nodesep=0.25, ranksep=0.45];",
+    )
+    w.emit(
+        1,
+        f"node [fontname={quote(t.font_family.split(',')[0])}, fontsize={t.font_size:g}, "
+        f"fontcolor={quote(t.foreground)}];",
+    )
+    w.emit(
+        1,
+        f"edge [fontname={quote(t.font_family.split(',')[0])}, fontsize={t.label_size:g}, "
+        f"arrowhead=none];",
+    )
     for k, v in enumerate(g.inputs):
         w.emit(1, f"in{k} [label={quote('input ' + str(k))}, shape=plaintext];")
         w.owner[v] = f"in{k}"
@@ -132,13 +163,22 @@ def to_dot(d: Diagram, legend: bool = False) -> str:
         style = ""
         if d.plan is not None and d.plan.memory_level(v) == 0:
             style = ", penwidth=2"
-        w.emit(1, f"{src} -> {name} [color={quote(colours)}, label={quote(_axes_label(g, v))}, "
-                  f"fontcolor={quote(t.axis_colour(axes[0]) if axes else t.foreground)}{style}];")
+        w.emit(
+            1,
+            f"{src} -> {name} [color={quote(colours)}, label={quote(_axes_label(g, v))}, "
+            f"fontcolor={quote(t.axis_colour(axes[0]) if axes else t.foreground)}{style}];",
+        )
     if legend:
-        rows = "".join(f'<tr><td bgcolor="{t.axis_colour(a)}">   </td><td align="left">{_html(a.name)} '
-                       f'#{a.uid} {"free" if a.size is None else a.size}</td></tr>' for a in g.axes)
-        w.emit(1, f"legend [shape=plaintext, label=<<table border=\"0\" cellspacing=\"2\">"
-                  f"<tr><td colspan=\"2\"><b>axes</b></td></tr>{rows}</table>>];")
+        rows = "".join(
+            f'<tr><td bgcolor="{t.axis_colour(a)}">   </td><td align="left">{_html(a.name)} '
+            f"#{a.uid} {'free' if a.size is None else a.size}</td></tr>"
+            for a in g.axes
+        )
+        w.emit(
+            1,
+            f'legend [shape=plaintext, label=<<table border="0" cellspacing="2">'
+            f'<tr><td colspan="2"><b>axes</b></td></tr>{rows}</table>>];',
+        )
     w.emit(0, "}")
     return "\n".join(w.lines) + "\n"
 
@@ -158,4 +198,6 @@ def pipe(dot: str, fmt: str) -> bytes:
             f"Graphviz's `dot` program is not installed, so {fmt} cannot be rendered ({e}). "
             "Fix: install Graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install "
             "graphviz), or use format 'svg' (native drawing, no Graphviz needed) or 'dot' for the "
-            "DOT text, which this error also carries as .dot.", dot) from e
+            "DOT text, which this error also carries as .dot.",
+            dot,
+        ) from e

@@ -39,7 +39,9 @@ class PlanView:
         for k, kern in enumerate(plan.kernels):
             for i in kern.nodes:
                 if i in self.node_kernel:
-                    raise DiagramError(f"plan puts node {i} in kernels {self.node_kernel[i]} and {k}")
+                    raise DiagramError(
+                        f"plan puts node {i} in kernels {self.node_kernel[i]} and {k}"
+                    )
                 self.node_kernel[i] = k
         io: set[int] = {*graph.inputs, *graph.outputs}
         for kern in plan.kernels:
@@ -73,20 +75,39 @@ class PlanView:
                     n = graph.nodes[i]
                     if any(p.axis in graph.values[v].axes for v in (*n.inputs, *n.outputs)):
                         marks.setdefault(i, []).append(
-                            (p.axis, partition_label(p), f"{kern.name or 'kernel'}: {p}"))
+                            (p.axis, partition_label(p), f"{kern.name or 'kernel'}: {p}")
+                        )
                         break
         return marks
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "kernels": [
-                {"name": k.name, "nodes": list(k.nodes), "inputs": list(k.inputs),
-                 "outputs": list(k.outputs),
-                 "partitions": [{"axis": p.axis.uid, "kind": p.kind, "tile": p.tile,
-                                 "level": p.level, "tail": p.tail} for p in k.partitions]}
+                {
+                    "name": k.name,
+                    "nodes": list(k.nodes),
+                    "inputs": list(k.inputs),
+                    "outputs": list(k.outputs),
+                    "partitions": [
+                        {
+                            "axis": p.axis.uid,
+                            "kind": p.kind,
+                            "tile": p.tile,
+                            "level": p.level,
+                            "tail": p.tail,
+                        }
+                        for p in k.partitions
+                    ],
+                }
                 for k in self.plan.kernels
             ],
-            "boundaries": [{"value": b.value, "producer": b.producer,
-                            "consumers": list(b.consumers), "reason": b.reason}
-                           for b in self.plan.boundaries],
+            "boundaries": [
+                {
+                    "value": b.value,
+                    "producer": b.producer,
+                    "consumers": list(b.consumers),
+                    "reason": b.reason,
+                }
+                for b in self.plan.boundaries
+            ],
         }

@@ -25,8 +25,10 @@ def _split(options: dict[str, Any]) -> tuple[dict[str, Any], bool, str]:
 
     unknown = sorted(set(options) - {*OPTIONS, "legend", "engine"})
     if unknown:
-        raise DiagramError(f"unknown diagram option(s) {', '.join(unknown)}; known: "
-                           f"{', '.join((*OPTIONS, 'legend', 'engine'))}")
+        raise DiagramError(
+            f"unknown diagram option(s) {', '.join(unknown)}; known: "
+            f"{', '.join((*OPTIONS, 'legend', 'engine'))}"
+        )
     legend = bool(options.pop("legend", False))
     return options, legend, str(options.pop("engine", "graphviz"))
 
@@ -69,21 +71,37 @@ def configure_draw(p: argparse.ArgumentParser) -> None:
     from ncd.cli import add_model_arguments
 
     add_model_arguments(p)
-    p.add_argument("-o", "--output", help="file to write (format from its extension); "
-                                          "default: print svg/dot/json to stdout")
+    p.add_argument(
+        "-o",
+        "--output",
+        help="file to write (format from its extension); default: print svg/dot/json to stdout",
+    )
     p.add_argument("--format", choices=FORMATS, help="output format (default: from -o, else svg)")
-    p.add_argument("--depth", type=int, default=None,
-                   help="open named blocks down to this depth (0: top-level blocks closed); "
-                        "default: all open")
-    p.add_argument("--no-repeat", action="store_true",
-                   help="draw every block of a repeated run instead of one box marked xN")
+    p.add_argument(
+        "--depth",
+        type=int,
+        default=None,
+        help="open named blocks down to this depth (0: top-level blocks closed); default: all open",
+    )
+    p.add_argument(
+        "--no-repeat",
+        action="store_true",
+        help="draw every block of a repeated run instead of one box marked xN",
+    )
     p.add_argument("--legend", action="store_true", help="add an axis legend")
     p.add_argument("--theme", help="light, dark, or a theme JSON file")
-    p.add_argument("--plan", choices=("fuse", "unfused"),
-                   help="draw a kernel schedule: ncd.fuse(model) or one kernel per op")
-    p.add_argument("--engine", choices=("native", "graphviz"), default=None,
-                   help="how png/pdf are made: rasterise the native SVG (CairoSVG) or Graphviz's "
-                        "dot (default: native for png when CairoSVG works, else graphviz)")
+    p.add_argument(
+        "--plan",
+        choices=("fuse", "unfused"),
+        help="draw a kernel schedule: ncd.fuse(model) or one kernel per op",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("native", "graphviz"),
+        default=None,
+        help="how png/pdf are made: rasterise the native SVG (CairoSVG) or Graphviz's "
+        "dot (default: native for png when CairoSVG works, else graphviz)",
+    )
 
 
 def _format(args: argparse.Namespace) -> str:
@@ -104,11 +122,18 @@ def run_draw(args: argparse.Namespace) -> int:
 
     fmt = _format(args)
     if fmt not in FORMATS:
-        raise DiagramError(f"cannot tell the format of {args.output!r}; use --format with one of "
-                           f"{', '.join(FORMATS)}")
+        raise DiagramError(
+            f"cannot tell the format of {args.output!r}; use --format with one of "
+            f"{', '.join(FORMATS)}"
+        )
     model = load_model(args.model, args.bind)
-    d = Diagram(model, depth=args.depth, repeat=not args.no_repeat, theme=args.theme,
-                plan=_plan(model, args.plan))
+    d = Diagram(
+        model,
+        depth=args.depth,
+        repeat=not args.no_repeat,
+        theme=args.theme,
+        plan=_plan(model, args.plan),
+    )
     try:
         engine = args.engine or ("native" if fmt == "png" and _cairo() else "graphviz")
         data = d.render(fmt, args.legend, engine)
@@ -164,9 +189,12 @@ def demo_step(ctx: dict[str, Any]) -> None:
     model, out = ctx["model"], ctx["out"]
     written = []
     d = Diagram(model)
-    for name, text in (("gpt.svg", d.to_svg(legend=True)), ("gpt.diagram.json", d.to_json()),
-                       ("gpt_top.svg", Diagram(model, depth=0).to_svg(legend=True)),
-                       ("gpt.dot", d.to_dot())):
+    for name, text in (
+        ("gpt.svg", d.to_svg(legend=True)),
+        ("gpt.diagram.json", d.to_json()),
+        ("gpt_top.svg", Diagram(model, depth=0).to_svg(legend=True)),
+        ("gpt.dot", d.to_dot()),
+    ):
         path = os.path.join(out, name)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)

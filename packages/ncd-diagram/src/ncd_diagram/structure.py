@@ -101,8 +101,16 @@ def build(graph: Graph, depth: int | None = None, repeat: bool = True) -> Block:
     """The item tree of ``graph``: the root block (always open) holding everything."""
     chains = [_chain(graph, n.scope) for n in graph.nodes]
     root = graph.scopes[0]
-    top = Block("s0", list(graph.inputs), list(graph.outputs), scope=0, name=root.name,
-                scope_label=root.label, depth=0, nodes=list(range(len(graph.nodes))))
+    top = Block(
+        "s0",
+        list(graph.inputs),
+        list(graph.outputs),
+        scope=0,
+        name=root.name,
+        scope_label=root.label,
+        depth=0,
+        nodes=list(range(len(graph.nodes))),
+    )
     _fill(graph, top, chains, depth, repeat)
     return top
 
@@ -116,8 +124,9 @@ def _chain(graph: Graph, scope: int) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def _fill(graph: Graph, block: Block, chains: list[tuple[int, ...]], depth: int | None,
-          repeat: bool) -> None:
+def _fill(
+    graph: Graph, block: Block, chains: list[tuple[int, ...]], depth: int | None, repeat: bool
+) -> None:
     """Create the children of an open block from its member nodes (in node order)."""
     children: list[Item] = []
     sub: dict[int, Block] = {}
@@ -130,8 +139,9 @@ def _fill(graph: Graph, block: Block, chains: list[tuple[int, ...]], depth: int 
         s = chain[level]
         if s not in sub:
             scope = graph.scopes[s]
-            sub[s] = Block(f"s{s}", [], [], scope=s, name=scope.name, scope_label=scope.label,
-                           depth=level + 1)
+            sub[s] = Block(
+                f"s{s}", [], [], scope=s, name=scope.name, scope_label=scope.label, depth=level + 1
+            )
             children.append(sub[s])
         sub[s].nodes.append(i)
     for b in sub.values():
@@ -150,8 +160,12 @@ def _einsum_through(op: Any) -> list[tuple[Axis, Axis]]:
 def _view_through(op: Any) -> list[tuple[Axis, Axis]]:
     """An input axis runs into every output axis it shares an elementary part with."""
     parts = {a: set(p) for a, p in zip(op.out_axes, op.out_parts, strict=True)}
-    return [(i, o) for i, ip in zip(op.in_axes, op.in_parts, strict=True)
-            for o in op.out_axes if parts[o] & set(ip)]
+    return [
+        (i, o)
+        for i, ip in zip(op.in_axes, op.in_parts, strict=True)
+        for o in op.out_axes
+        if parts[o] & set(ip)
+    ]
 
 
 #: Per op class: the core axes summed away inside the box (their wires meet at a dot).
@@ -172,11 +186,21 @@ def _op_box(graph: Graph, i: int) -> OpBox:
     op = node.op
     contracted = CONTRACTED.get(type(op), lambda _: ())(op)
     through = THROUGH.get(type(op), lambda _: [])(op)
-    return OpBox(f"n{i}", list(node.inputs), list(node.outputs), node=i, op_label=op.label,
-                 kind=op.kind, category=op.category,
-                 learned=tuple(name for name, _ in node.params()), loop=node.loop,
-                 core_in=node.core_in, core_out=node.core_out, contracted=tuple(contracted),
-                 through=tuple(through))
+    return OpBox(
+        f"n{i}",
+        list(node.inputs),
+        list(node.outputs),
+        node=i,
+        op_label=op.label,
+        kind=op.kind,
+        category=op.category,
+        learned=tuple(name for name, _ in node.params()),
+        loop=node.loop,
+        core_in=node.core_in,
+        core_out=node.core_out,
+        contracted=tuple(contracted),
+        through=tuple(through),
+    )
 
 
 def _io(graph: Graph, nodes: list[int]) -> tuple[list[int], list[int]]:
@@ -188,8 +212,12 @@ def _io(graph: Graph, nodes: list[int]) -> tuple[list[int], list[int]]:
             if v not in produced:
                 reads.setdefault(v)
     outs = set(graph.outputs)
-    writes = [v for i in nodes for v in graph.nodes[i].outputs
-              if v in outs or any(c not in members for c in graph.consumers[v])]
+    writes = [
+        v
+        for i in nodes
+        for v in graph.nodes[i].outputs
+        if v in outs or any(c not in members for c in graph.consumers[v])
+    ]
     return list(reads), writes
 
 
@@ -199,11 +227,19 @@ def _signature(graph: Graph, block: Block) -> Hashable:
     items = []
     for j, i in enumerate(block.nodes):
         node: Node = graph.nodes[i]
-        chain = tuple((graph.scopes[s].name, graph.scopes[s].label)
-                      for s in _chain(graph, node.scope)[block.depth:])
-        items.append((node.op, tuple(a.uid for a in node.loop), chain,
-                      tuple(local.get(v, ("?", v)) for v in node.inputs),
-                      tuple(graph.values[v] for v in node.outputs)))
+        chain = tuple(
+            (graph.scopes[s].name, graph.scopes[s].label)
+            for s in _chain(graph, node.scope)[block.depth :]
+        )
+        items.append(
+            (
+                node.op,
+                tuple(a.uid for a in node.loop),
+                chain,
+                tuple(local.get(v, ("?", v)) for v in node.inputs),
+                tuple(graph.values[v] for v in node.outputs),
+            )
+        )
         for m, v in enumerate(node.outputs):
             local[v] = ("n", j, m)
     outs = tuple(local[v] for v in block.outputs)
@@ -225,15 +261,20 @@ def _repeats(graph: Graph, children: list[Item]) -> list[Item]:
     def flush() -> None:
         if len(run) > 1:
             first, last = run[0], run[-1]
-            out.append(Repeat(f"r{first.scope}", list(first.inputs), list(last.outputs),
-                              blocks=list(run)))
+            out.append(
+                Repeat(f"r{first.scope}", list(first.inputs), list(last.outputs), blocks=list(run))
+            )
         else:
             out.extend(run)
         run.clear()
 
     for item in children:
-        if isinstance(item, Block) and run and _follows(graph, run[-1], item) \
-                and sig(item) == sig(run[-1]):
+        if (
+            isinstance(item, Block)
+            and run
+            and _follows(graph, run[-1], item)
+            and sig(item) == sig(run[-1])
+        ):
             run.append(item)
             continue
         flush()
@@ -251,5 +292,6 @@ def _follows(graph: Graph, prev: Block, nxt: Block) -> bool:
         return False
     members = set(nxt.nodes)
     outs = set(graph.outputs)
-    return all(v not in outs and all(c in members for c in graph.consumers[v])
-               for v in prev.outputs)
+    return all(
+        v not in outs and all(c in members for c in graph.consumers[v]) for v in prev.outputs
+    )

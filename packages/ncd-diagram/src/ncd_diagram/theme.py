@@ -63,7 +63,8 @@ class Theme:
     padding: float = 16.0
     # kernel schedules: one colour per memory level (0 = outermost, e.g. global memory)
     memory_levels: tuple[str, ...] = attrs.field(
-        default=("#d0d7de", "#a5d6ff", "#aceebb", "#ffd8b5"), converter=_tuple_str)
+        default=("#d0d7de", "#a5d6ff", "#aceebb", "#ffd8b5"), converter=_tuple_str
+    )
     kernel_stroke: str = "#8250df"
     partition_fill: str = "#ffffff"
     # None draws Axis.colour as is; a lightness in (0, 1) keeps each axis's hue but sets its
@@ -113,7 +114,7 @@ class Theme:
         """The colour of an axis's wires: its uid hue, at this theme's lightness."""
         if self.axis_lightness is None:
             return axis.colour
-        rgb = [int(axis.colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        rgb = [int(axis.colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
         h, _, sat = colorsys.rgb_to_hls(*rgb)
         r, g, b = colorsys.hls_to_rgb(h, self.axis_lightness, sat)
         return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
@@ -124,12 +125,27 @@ class Theme:
 
 LIGHT = Theme()
 DARK = attrs.evolve(
-    LIGHT, name="dark", dark=True, background="#0d1117", foreground="#e6edf3", muted="#8b949e",
-    box_fill="#161b22", box_stroke="#8b949e", learned_fill="#3d2e00", learned_stroke="#f0f6fc",
-    contraction_dot="#f0f6fc", block_fill="#0c2d6b", block_fill_alt="#051d4d",
-    block_stroke="#388bfd", block_title="#a5d6ff", repeat_badge="#ff7b72", wire_halo="#0d1117",
-    memory_levels=("#30363d", "#1f6feb", "#2ea043", "#bd561d"), kernel_stroke="#a371f7",
-    partition_fill="#0d1117", axis_lightness=0.66,
+    LIGHT,
+    name="dark",
+    dark=True,
+    background="#0d1117",
+    foreground="#e6edf3",
+    muted="#8b949e",
+    box_fill="#161b22",
+    box_stroke="#8b949e",
+    learned_fill="#3d2e00",
+    learned_stroke="#f0f6fc",
+    contraction_dot="#f0f6fc",
+    block_fill="#0c2d6b",
+    block_fill_alt="#051d4d",
+    block_stroke="#388bfd",
+    block_title="#a5d6ff",
+    repeat_badge="#ff7b72",
+    wire_halo="#0d1117",
+    memory_levels=("#30363d", "#1f6feb", "#2ea043", "#bd561d"),
+    kernel_stroke="#a371f7",
+    partition_fill="#0d1117",
+    axis_lightness=0.66,
 )
 PRESETS = {"light": LIGHT, "dark": DARK}
 
