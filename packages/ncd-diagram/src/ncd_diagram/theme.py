@@ -165,5 +165,6 @@ def resolve_theme(theme: Theme | Mapping[str, Any] | str | None) -> Theme:
             return Theme.from_json(f.read())
     except OSError as e:
         raise DiagramError(
-            f"theme {theme!r} is neither a preset ({', '.join(PRESETS)}) nor a readable JSON file: {e}"
+            f"theme {theme!r} is neither a preset ({', '.join(PRESETS)}) nor a readable JSON "
+            f"file: {e}"
         ) from e
