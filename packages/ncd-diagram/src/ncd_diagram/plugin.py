@@ -63,7 +63,7 @@ class GraphvizRenderer(Renderer):
         return Diagram(model, **opts).render(fmt, legend, engine)
 
 
-# -- ncd draw ---------------------------------------------------------------------------------------
+# -- ncd draw ---------------------------------------------------------------------------------
 FORMATS = ("svg", "png", "pdf", "dot", "json", "gv.svg")
 
 
@@ -179,7 +179,7 @@ def _cairo() -> bool:
     return True
 
 
-# -- ncd demo ---------------------------------------------------------------------------------------
+# -- ncd demo ---------------------------------------------------------------------------------
 def demo_step(ctx: dict[str, Any]) -> None:
     """Write the transformer's diagram (collapsed GPT, one open block, JSON) into ``ctx["out"]``."""
     from ncd_diagram.diagram import Diagram
