@@ -6,12 +6,43 @@ memory level, transfers and resident memory as sympy formulas in the model's con
 tile sizes, FLOPs by kind, tiles chosen under every capacity, roofline time and bottleneck.
 ``optimise`` returns the fused, tiled schedule. Nothing here is specific to attention or
 matmul: formulas follow from the kernels' partitions and ``ncd.streaming``.
+
+Names load lazily, so the plugin's entry point (``ncd_perf._hooks``) imports no sympy.
 """
 
-from ncd_perf.distributed import Collective
-from ncd_perf.formulas import KernelFormulas
-from ncd_perf.machine import Level, Link, Machine, load_machine, machine_names
-from ncd_perf.model import KernelCost, LevelCost, ModelCost, cost, optimise
+from __future__ import annotations
 
-__all__ = ["Collective", "KernelCost", "KernelFormulas", "Level", "LevelCost", "Link", "Machine",
-           "ModelCost", "cost", "load_machine", "machine_names", "optimise"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Collective": "ncd_perf.distributed",
+    "KernelFormulas": "ncd_perf.formulas",
+    "Level": "ncd_perf.machine",
+    "Link": "ncd_perf.machine",
+    "Machine": "ncd_perf.machine",
+    "load_machine": "ncd_perf.machine",
+    "machine_names": "ncd_perf.machine",
+    "KernelCost": "ncd_perf.model",
+    "LevelCost": "ncd_perf.model",
+    "ModelCost": "ncd_perf.model",
+    "cost": "ncd_perf.model",
+    "optimise": "ncd_perf.model",
+    "calibrate": "ncd_perf.cli",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    if name in ("formulas", "machine", "model", "tiles", "flops", "distributed", "report", "cli"):
+        return importlib.import_module(f"ncd_perf.{name}")
+    raise AttributeError(f"module 'ncd_perf' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "formulas", "machine", "model"])
