@@ -94,3 +94,22 @@ def test_demo_step_writes_the_transformers_diagram(tmp_path):
     assert parse((tmp_path / "gpt.svg").read_text())
     assert json.loads((tmp_path / "gpt.diagram.json").read_text())["version"] == 1
     assert ctx["diagram"].endswith("gpt.svg")
+
+
+def test_ncd_draw_a_users_own_model(tmp_path, monkeypatch):
+    (tmp_path / "my_models.py").write_text(
+        "import ncd\n\ndef tiny():\n    return ncd.nn.mlp(7, 13)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["draw", "my_models:tiny", "-o", "tiny.svg"]) == 0
+    labels = [el.text for el in parse((tmp_path / "tiny.svg").read_text()).iter() if el.text]
+    assert "d_model 7" in labels and "d_ff 13" in labels
+
+
+def test_save_picks_the_format_from_the_extension(tmp_path):
+    model = attention()
+    assert parse(open(nd.save(model, tmp_path / "a.svg")).read())
+    assert json.loads(open(nd.save(model, tmp_path / "a.json")).read())["version"] == 1
+    assert open(nd.save(model, tmp_path / "a.gv")).read().startswith("digraph")
+    with pytest.raises(nd.DiagramError, match="unknown diagram format"):
+        nd.save(model, tmp_path / "a.bmp")
