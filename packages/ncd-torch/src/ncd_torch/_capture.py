@@ -72,7 +72,7 @@ class Capture(ViewsMixin):
         self.ref: dict[str, str] = {}
         self.records: list[Record] = []
         self.extra_scopes: list[Scope] = []
-        self._placeholders: dict[str, Axis] = {}
+        self._placeholders: dict[int, Axis] = {}
         self._count = 0
         self._pending: list[str] = []
         self.outputs: list[str] = []

@@ -8,7 +8,7 @@ A dim in ``Capture.dims`` is an axis variable, or a tuple of them while a fold i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,13 +24,27 @@ class ViewsMixin:
     dims: dict[str, list[Any]]
     axes: Any
 
+    if TYPE_CHECKING:  # provided by Capture
+        def key(self, arg: Any) -> str: ...
+        def alias(self, node: Any, src: Any, dims: list[Any] | None = None) -> None: ...
+        def op(self, node: Any, op: Any, inputs: list[str], params: Any = None,
+               extra: Sequence[int] = ()) -> str: ...
+        def unsupported(self, node: Any, what: str = "") -> Exception: ...
+        def aten(self, node: Any) -> str: ...
+        def shape(self, node: Any) -> tuple[int, ...]: ...
+        def axis(self, v: int) -> Any: ...
+
     def plain(self, arg: Any) -> str:
         """The key of ``arg`` with any folded (heads, d_head) dim merged back into one axis."""
         key = self.key(arg)
         dims = self.dims[key]
         if not any(isinstance(d, tuple) for d in dims):
             return key
-        new, in_parts, out_parts, ins, outs = [], [], [], [], []
+        new: list[Any] = []
+        in_parts: list[Any] = []
+        out_parts: list[Any] = []
+        ins: list[int] = []
+        outs: list[int] = []
         for d in dims:
             if isinstance(d, tuple):
                 merged = self.axes.new(int(np.prod([self.axes.size[v] for v in d])),
@@ -105,7 +119,10 @@ class ViewsMixin:
         dims = self.dims[key]
         i = j = 0
         new: list[Any] = []
-        ins, outs, in_parts, out_parts = [], [], [], []
+        ins: list[int] = []
+        outs: list[int] = []
+        in_parts: list[Any] = []
+        out_parts: list[Any] = []
         while i < len(dims) and j < len(shape):
             si, sj = [dims[i]], [shape[j]]
             while int(np.prod([self.axes.size[v] for v in si])) != int(np.prod(sj)):

@@ -43,11 +43,12 @@ def _attention(em: Emitter, nodes: list[Node], ins: list[int], outs: list[int]) 
     if not (isinstance(first, L.Einsum) and isinstance(last, L.Einsum) and len(first.inputs) == 2
             and len(last.inputs) == 2 and isinstance(ops[-2], L.Softmax)):
         return None
-    (q, d), (x, d2) = (first.inputs[0], first.inputs[1]) if all(
-        len(s) == 2 for s in first.inputs) else ((None, None), (None, None))
-    if q is None or d != d2 or first.output != (q, x) or ops[-2].axis != x:
+    if not all(len(s) == 2 for s in (*first.inputs, *last.inputs)):
         return None
-    (q3, x3), (x4, v) = last.inputs if all(len(s) == 2 for s in last.inputs) else ((0, 0), (0, 0))
+    (q, d), (x, d2) = first.inputs
+    if d != d2 or first.output != (q, x) or ops[-2].axis != x:
+        return None
+    (q3, x3), (x4, v) = last.inputs
     if (q3, x3, x4) != (q, x, x) or last.output != (q, v):
         return None
     middle = ops[1:-2]

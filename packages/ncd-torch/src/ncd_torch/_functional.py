@@ -52,6 +52,7 @@ class Fill(torch.nn.Module):
 
     def __init__(self, value: float) -> None:
         super().__init__()
+        self.value: torch.Tensor
         self.register_buffer("value", torch.tensor(value, dtype=torch.float32), persistent=False)
 
     def forward(self, *sizes: int) -> torch.Tensor:

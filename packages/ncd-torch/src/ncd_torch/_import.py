@@ -64,7 +64,7 @@ def _emit(c: Capture, recs: list[Record], depth: int, env: dict[str, Any], later
             return tuple(inner[k] for k in outs) if len(outs) > 1 else inner[outs[0]]
 
         types = [ArrayType(env[k].axes, env[k].type.dtype) for k in ins]
-        sub = trace(body, inputs=types, name=scope[0], label=scope[1])
+        sub = trace(inputs=types, name=scope[0], label=scope[1])(body)
         result = sub(*(env[k] for k in ins))
         env.update(zip(outs, result if len(outs) > 1 else (result,), strict=True))
         pos = end
@@ -105,7 +105,7 @@ def from_torch(module: Any, example_inputs: Sequence[Any]) -> Imported:
             results.append(t)
         return tuple(results) if len(results) > 1 else results[0]
 
-    model = trace(body, inputs=types, name=_snake(root), label=_snake(root))
+    model = trace(inputs=types, name=_snake(root), label=_snake(root))(body)
     params: dict[str, np.ndarray] = {}
     names: dict[str, str] = {}
     learned = [r for r in c.records if r.params]
