@@ -48,7 +48,29 @@ def choose_tiles(h: sp.Expr, m: sp.Expr, sizes: Mapping[sp.Symbol, sp.Expr], cap
         return _search(h, m, sizes, float(capacity), fixed, free, upper or {})  # type: ignore[arg-type]
     if not free:
         return TileChoice(fixed, True, "constant")
-    return _lagrange(h, m.subs(fixed), free, sp.sympify(capacity), fixed)
+    free = _merge_products(h, m.subs(fixed), free, fixed)
+    try:
+        return _lagrange(h.subs(fixed), m.subs(fixed), free, sp.sympify(capacity), fixed)
+    except ValueError:
+        # no closed form: the tiles stay symbols (H and M remain exact in them)
+        return TileChoice({**fixed, **{t: t for t in free}}, True, "symbolic (no closed form)")
+
+
+def _merge_products(h: sp.Expr, m: sp.Expr, free: list[sp.Symbol],
+                    fixed: dict[sp.Symbol, sp.Expr]) -> list[sp.Symbol]:
+    """Tiles that only ever appear as a product (``t_heads * t_d_head``) are one degree of
+    freedom: keep the first, set the others to 1 (any split of the product is optimal)."""
+    s = sp.Symbol("s_", positive=True)
+    out = list(free)
+    for i, ti in enumerate(free):
+        for tj in free[i + 1:]:
+            if ti not in out or tj not in out:
+                continue
+            swap = {ti: ti * s, tj: tj / s}
+            if all(sp.simplify(e.subs(swap, simultaneous=True) - e) == 0 for e in (h, m)):
+                fixed[tj] = sp.Integer(1)
+                out.remove(tj)
+    return out
 
 
 def _lagrange(h: sp.Expr, m: sp.Expr, free: list[sp.Symbol], cap: sp.Expr,
