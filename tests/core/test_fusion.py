@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ncd
+import ncd.testing
 from ncd import nn, ops
 from ncd.ops._routing import TopKGate
 
@@ -115,3 +116,12 @@ def test_topk_gates_have_k_nonzeros_summing_to_one() -> None:
     np.testing.assert_allclose(g.sum(axis=1), 1.0, rtol=1e-6)
     with pytest.raises(ValueError, match="positive int"):
         TopKGate(e, 0)
+
+
+@pytest.mark.parametrize("name", [c.name for c in ncd.testing.cases()])
+def test_every_conformance_case_gets_a_valid_plan(name: str) -> None:
+    case = ncd.testing.case_by_name(name)
+    plan = ncd.fuse(case.model)
+    _check_plan(plan)
+    for k in plan.kernels:
+        k.accumulators()  # the analysis of every streamed kernel succeeds

@@ -100,3 +100,12 @@ def test_traced_dtype_is_priced() -> None:
 
     (k,) = ncd_perf.cost(half, ncd_perf.Machine.two_level(sp.oo, unit="bytes")).kernels
     assert float(k.levels[0].bytes) == 2 * 64 * 32 * 2
+
+
+def test_symbolic_block_schedule_has_the_flash_tile() -> None:
+    block = ncd_perf.optimise(nn.transformer_block(), ncd_perf.Machine.two_level(M))
+    flash = [k for k in block.kernels if k.formulas.stream and k.formulas.stream.name == "seq_k"]
+    (k,) = flash
+    d_head = sp.Symbol("d_head", positive=True)
+    tiles = {str(s): t for s, t in k.levels[0].tiles.items()}
+    assert sp.simplify(tiles["t_seq"] - M / (2 * (d_head + 1))) == 0 and tiles["t_heads"] == 1

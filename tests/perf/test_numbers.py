@@ -11,6 +11,7 @@ import pytest
 import sympy as sp
 
 import ncd
+import ncd.testing
 import ncd_perf
 from ncd import nn, ops
 
@@ -106,3 +107,11 @@ def test_symbolic_costs_stay_symbolic() -> None:
     cost = ncd_perf.cost(nn.mlp().over("seq"), ncd_perf.Machine.two_level(sp.Symbol("M", positive=True)))
     assert {str(s) for s in cost.transfers.free_symbols} >= {"seq", "d_model", "d_ff", "M"}
     assert cost.time is None
+
+
+@pytest.mark.parametrize("name", [c.name for c in ncd.testing.cases()])
+def test_every_conformance_case_is_priced(name: str) -> None:
+    case = ncd.testing.case_by_name(name)
+    for fused in (True, False):
+        cost = ncd_perf.cost(case.model, "this", fuse=fused)
+        assert cost.time is not None and cost.time > 0
