@@ -46,43 +46,266 @@ __kernel void k1_layernorm(
     }
 }
 
-// k2_linear_view: [q, k, rename, v, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
-__attribute__((reqd_work_group_size(64, 1, 1)))
-__kernel void k2_linear_view(
+// k2_linear_view_linear4: [q] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0)
+__attribute__((reqd_work_group_size(8, 8, 1)))
+__kernel void k2_linear_view_linear4(
     __global const float* restrict in4,
     __global const float* restrict w_blocks_0_attn_q_weight,
     __global const float* restrict w_blocks_0_attn_q_bias,
+    __global float* restrict out5)
+{
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in4 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in4 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in4 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in4 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 15);
+    __global const float* b0 = w_blocks_0_attn_q_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
+    const int n1 = min(nb * 2 + 1, 15);
+    __global const float* b1 = w_blocks_0_attn_q_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
+        }
+    }
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
+        out5[m0 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s0_0 + w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    }
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
+        out5[m0 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s0_1 + w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    }
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
+        out5[m1 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s1_0 + w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    }
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
+        out5[m1 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s1_1 + w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    }
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
+        out5[m2 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s2_0 + w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    }
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
+        out5[m2 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s2_1 + w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    }
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
+        out5[m3 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s3_0 + w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    }
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
+        out5[m3 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s3_1 + w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    }
+}
+
+// k2_linear_view_linear5: [k, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
+__attribute__((reqd_work_group_size(8, 8, 1)))
+__kernel void k2_linear_view_linear5(
+    __global const float* restrict in4,
     __global const float* restrict w_blocks_0_attn_k_weight,
     __global const float* restrict w_blocks_0_attn_k_bias,
+    __global float* restrict out7)
+{
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in4 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in4 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in4 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in4 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 15);
+    __global const float* b0 = w_blocks_0_attn_k_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
+    const int n1 = min(nb * 2 + 1, 15);
+    __global const float* b1 = w_blocks_0_attn_k_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
+        }
+    }
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    float v7 = (s0_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
+        out7[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = v7;
+    }
+    float v7_2 = (s0_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
+        out7[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = v7_2;
+    }
+    float v7_3 = (s1_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
+        out7[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = v7_3;
+    }
+    float v7_4 = (s1_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
+        out7[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = v7_4;
+    }
+    float v7_5 = (s2_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
+        out7[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = v7_5;
+    }
+    float v7_6 = (s2_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
+        out7[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = v7_6;
+    }
+    float v7_7 = (s3_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
+        out7[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = v7_7;
+    }
+    float v7_8 = (s3_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
+        out7[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = v7_8;
+    }
+}
+
+// k2_linear_view_linear7: [v, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
+__attribute__((reqd_work_group_size(8, 8, 1)))
+__kernel void k2_linear_view_linear7(
+    __global const float* restrict in4,
     __global const float* restrict w_blocks_0_attn_v_weight,
     __global const float* restrict w_blocks_0_attn_v_bias,
-    __global float* restrict out5,
-    __global float* restrict out7,
     __global float* restrict out9)
 {
-    const int gid = (int)get_global_id(0);
-    if (gid >= 208) return;
-    const int i_d_head = gid % 8;
-    const int i_heads = (gid / 8) % 2;
-    const int i_seq = (gid / 16);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        dot += in4[i_seq * 16 + i_d_model] * w_blocks_0_attn_q_weight[i_heads * 128 + i_d_head * 16 + i_d_model];
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in4 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in4 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in4 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in4 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 15);
+    __global const float* b0 = w_blocks_0_attn_v_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
+    const int n1 = min(nb * 2 + 1, 15);
+    __global const float* b1 = w_blocks_0_attn_v_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
+        }
     }
-    float v5 = (dot + w_blocks_0_attn_q_bias[i_heads * 8 + i_d_head]);
-    out5[i_seq * 16 + i_heads * 8 + i_d_head] = v5;
-    float dot_2 = 0.0f;
-    for (int i_d_model_2 = 0; i_d_model_2 < 16; ++i_d_model_2) {
-        dot_2 += in4[i_seq * 16 + i_d_model_2] * w_blocks_0_attn_k_weight[i_heads * 128 + i_d_head * 16 + i_d_model_2];
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    float v9 = (s0_0 + w_blocks_0_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
+        out9[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = v9;
     }
-    float v6 = (dot_2 + w_blocks_0_attn_k_bias[i_heads * 8 + i_d_head]);
-    out7[i_heads * 104 + i_d_head * 13 + i_seq] = v6;
-    float dot_3 = 0.0f;
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; ++i_d_model_3) {
-        dot_3 += in4[i_seq * 16 + i_d_model_3] * w_blocks_0_attn_v_weight[i_heads * 128 + i_d_head * 16 + i_d_model_3];
+    float v9_2 = (s0_1 + w_blocks_0_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
+        out9[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = v9_2;
     }
-    float v8 = (dot_3 + w_blocks_0_attn_v_bias[i_heads * 8 + i_d_head]);
-    out9[i_heads * 104 + i_d_head * 13 + i_seq] = v8;
+    float v9_3 = (s1_0 + w_blocks_0_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
+        out9[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = v9_3;
+    }
+    float v9_4 = (s1_1 + w_blocks_0_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
+        out9[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = v9_4;
+    }
+    float v9_5 = (s2_0 + w_blocks_0_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
+        out9[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = v9_5;
+    }
+    float v9_6 = (s2_1 + w_blocks_0_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
+        out9[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = v9_6;
+    }
+    float v9_7 = (s3_0 + w_blocks_0_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
+        out9[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = v9_7;
+    }
+    float v9_8 = (s3_1 + w_blocks_0_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
+        out9[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = v9_8;
+    }
 }
 
 // k3_einsum_scale_causal_mask_softmax: [einsum, scale |d_head|^-0.5, causal_mask, softmax, einsum] group(seq/t_seq@L0) group(heads/t_heads@L0) stream(seq_k/t_seq_k@L0)
@@ -104,7 +327,7 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
     for (int i_seq_k = 0; i_seq_k < min(13, i_seq + 1); ++i_seq_k) {
         float dot = 0.0f;
         for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-            dot += in5[i_seq * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + i_d_head * 13 + i_seq_k];
+            dot += in5[i_seq * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + i_seq_k * 8 + i_d_head];
         }
         float v11 = (dot * 0.3535533905932738f);
         float v12 = ((i_seq_k) <= (i_seq) + 0 ? v11 : -INFINITY);
@@ -114,7 +337,7 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
         l = l * c + p;
         m = mnew;
         for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
-            acc[i_d_head_2] = acc[i_d_head_2] * c + p * in9[i_heads * 104 + i_d_head_2 * 13 + i_seq_k];
+            acc[i_d_head_2] = acc[i_d_head_2] * c + p * in9[i_heads * 104 + i_seq_k * 8 + i_d_head_2];
         }
     }
     float scale = (1.0f / l);
@@ -124,27 +347,94 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
 }
 
 // k4_linear_binary: [o, add] group(seq/t_seq@L0) group(d_model/t_d_model@L0)
-__attribute__((reqd_work_group_size(64, 1, 1)))
+__attribute__((reqd_work_group_size(8, 8, 1)))
 __kernel void k4_linear_binary(
-    __global const float* restrict in3,
     __global const float* restrict in14,
+    __global const float* restrict in3,
     __global const float* restrict w_blocks_0_attn_o_weight,
     __global const float* restrict w_blocks_0_attn_o_bias,
     __global float* restrict out16)
 {
-    const int gid = (int)get_global_id(0);
-    if (gid >= 208) return;
-    const int i_d_model = gid % 16;
-    const int i_seq = (gid / 16);
-    float dot = 0.0f;
-    for (int i_heads = 0; i_heads < 2; ++i_heads) {
-        for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-            dot += in14[i_seq * 16 + i_heads * 8 + i_d_head] * w_blocks_0_attn_o_weight[i_d_model * 16 + i_heads * 8 + i_d_head];
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in14 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in14 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in14 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in14 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 15);
+    __global const float* b0 = w_blocks_0_attn_o_weight + n0 * 16;
+    const int n1 = min(nb * 2 + 1, 15);
+    __global const float* b1 = w_blocks_0_attn_o_weight + n1 * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
         }
     }
-    float v15 = (dot + w_blocks_0_attn_o_bias[i_d_model]);
-    float v16 = (in3[i_seq * 16 + i_d_model] + v15);
-    out16[i_seq * 16 + i_d_model] = v16;
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    float v16 = (in3[m0 * 16 + n0] + (s0_0 + w_blocks_0_attn_o_bias[n0]));
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
+        out16[m0 * 16 + n0] = v16;
+    }
+    float v16_2 = (in3[m0 * 16 + n1] + (s0_1 + w_blocks_0_attn_o_bias[n1]));
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
+        out16[m0 * 16 + n1] = v16_2;
+    }
+    float v16_3 = (in3[m1 * 16 + n0] + (s1_0 + w_blocks_0_attn_o_bias[n0]));
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
+        out16[m1 * 16 + n0] = v16_3;
+    }
+    float v16_4 = (in3[m1 * 16 + n1] + (s1_1 + w_blocks_0_attn_o_bias[n1]));
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
+        out16[m1 * 16 + n1] = v16_4;
+    }
+    float v16_5 = (in3[m2 * 16 + n0] + (s2_0 + w_blocks_0_attn_o_bias[n0]));
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
+        out16[m2 * 16 + n0] = v16_5;
+    }
+    float v16_6 = (in3[m2 * 16 + n1] + (s2_1 + w_blocks_0_attn_o_bias[n1]));
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
+        out16[m2 * 16 + n1] = v16_6;
+    }
+    float v16_7 = (in3[m3 * 16 + n0] + (s3_0 + w_blocks_0_attn_o_bias[n0]));
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
+        out16[m3 * 16 + n0] = v16_7;
+    }
+    float v16_8 = (in3[m3 * 16 + n1] + (s3_1 + w_blocks_0_attn_o_bias[n1]));
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
+        out16[m3 * 16 + n1] = v16_8;
+    }
 }
 
 // k5_layernorm: [layernorm] group(seq/t_seq@L0)
@@ -175,46 +465,184 @@ __kernel void k5_layernorm(
 }
 
 // k18_linear_unary: [fc, gelu] group(seq/1@L1) group(d_ff/1@L1)
-__attribute__((reqd_work_group_size(64, 1, 1)))
+__attribute__((reqd_work_group_size(8, 8, 1)))
 __kernel void k18_linear_unary(
     __global const float* restrict in17,
     __global const float* restrict w_blocks_0_mlp_fc_weight,
     __global const float* restrict w_blocks_0_mlp_fc_bias,
     __global float* restrict out19)
 {
-    const int gid = (int)get_global_id(0);
-    if (gid >= 312) return;
-    const int i_d_ff = gid % 24;
-    const int i_seq = (gid / 24);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        dot += in17[i_seq * 16 + i_d_model] * w_blocks_0_mlp_fc_weight[i_d_ff * 16 + i_d_model];
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in17 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in17 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in17 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in17 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 23);
+    __global const float* b0 = w_blocks_0_mlp_fc_weight + n0 * 16;
+    const int n1 = min(nb * 2 + 1, 23);
+    __global const float* b1 = w_blocks_0_mlp_fc_weight + n1 * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
+        }
     }
-    float v18 = (dot + w_blocks_0_mlp_fc_bias[i_d_ff]);
-    float v19 = (0.5f * v18 * (1.0f + erf(v18 * 0.70710678118654752f)));
-    out19[i_seq * 24 + i_d_ff] = v19;
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    float v19 = (0.5f * (s0_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s0_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 24) {
+        out19[m0 * 24 + n0] = v19;
+    }
+    float v19_2 = (0.5f * (s0_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s0_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 24) {
+        out19[m0 * 24 + n1] = v19_2;
+    }
+    float v19_3 = (0.5f * (s1_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s1_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 24) {
+        out19[m1 * 24 + n0] = v19_3;
+    }
+    float v19_4 = (0.5f * (s1_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s1_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 24) {
+        out19[m1 * 24 + n1] = v19_4;
+    }
+    float v19_5 = (0.5f * (s2_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s2_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 24) {
+        out19[m2 * 24 + n0] = v19_5;
+    }
+    float v19_6 = (0.5f * (s2_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s2_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 24) {
+        out19[m2 * 24 + n1] = v19_6;
+    }
+    float v19_7 = (0.5f * (s3_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s3_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 24) {
+        out19[m3 * 24 + n0] = v19_7;
+    }
+    float v19_8 = (0.5f * (s3_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s3_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 24) {
+        out19[m3 * 24 + n1] = v19_8;
+    }
 }
 
 // k20_linear_binary: [proj, add] group(seq/1@L1) group(d_model/1@L1)
-__attribute__((reqd_work_group_size(64, 1, 1)))
+__attribute__((reqd_work_group_size(8, 8, 1)))
 __kernel void k20_linear_binary(
-    __global const float* restrict in16,
     __global const float* restrict in19,
+    __global const float* restrict in16,
     __global const float* restrict w_blocks_0_mlp_proj_weight,
     __global const float* restrict w_blocks_0_mlp_proj_bias,
     __global float* restrict out21)
 {
-    const int gid = (int)get_global_id(0);
-    if (gid >= 208) return;
-    const int i_d_model = gid % 16;
-    const int i_seq = (gid / 16);
-    float dot = 0.0f;
-    for (int i_d_ff = 0; i_d_ff < 24; ++i_d_ff) {
-        dot += in19[i_seq * 24 + i_d_ff] * w_blocks_0_mlp_proj_weight[i_d_model * 24 + i_d_ff];
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in19 + m0 * 24;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in19 + m1 * 24;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in19 + m2 * 24;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in19 + m3 * 24;
+    const int n0 = min(nb * 2 + 0, 15);
+    __global const float* b0 = w_blocks_0_mlp_proj_weight + n0 * 24;
+    const int n1 = min(nb * 2 + 1, 15);
+    __global const float* b1 = w_blocks_0_mlp_proj_weight + n1 * 24;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 24; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 24); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
+        }
     }
-    float v20 = (dot + w_blocks_0_mlp_proj_bias[i_d_model]);
-    float v21 = (in16[i_seq * 16 + i_d_model] + v20);
-    out21[i_seq * 16 + i_d_model] = v21;
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    float v21 = (in16[m0 * 16 + n0] + (s0_0 + w_blocks_0_mlp_proj_bias[n0]));
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
+        out21[m0 * 16 + n0] = v21;
+    }
+    float v21_2 = (in16[m0 * 16 + n1] + (s0_1 + w_blocks_0_mlp_proj_bias[n1]));
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
+        out21[m0 * 16 + n1] = v21_2;
+    }
+    float v21_3 = (in16[m1 * 16 + n0] + (s1_0 + w_blocks_0_mlp_proj_bias[n0]));
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
+        out21[m1 * 16 + n0] = v21_3;
+    }
+    float v21_4 = (in16[m1 * 16 + n1] + (s1_1 + w_blocks_0_mlp_proj_bias[n1]));
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
+        out21[m1 * 16 + n1] = v21_4;
+    }
+    float v21_5 = (in16[m2 * 16 + n0] + (s2_0 + w_blocks_0_mlp_proj_bias[n0]));
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
+        out21[m2 * 16 + n0] = v21_5;
+    }
+    float v21_6 = (in16[m2 * 16 + n1] + (s2_1 + w_blocks_0_mlp_proj_bias[n1]));
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
+        out21[m2 * 16 + n1] = v21_6;
+    }
+    float v21_7 = (in16[m3 * 16 + n0] + (s3_0 + w_blocks_0_mlp_proj_bias[n0]));
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
+        out21[m3 * 16 + n0] = v21_7;
+    }
+    float v21_8 = (in16[m3 * 16 + n1] + (s3_1 + w_blocks_0_mlp_proj_bias[n1]));
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
+        out21[m3 * 16 + n1] = v21_8;
+    }
 }
 
 // k7_layernorm: [layernorm] group(seq/t_seq@L0)
@@ -244,43 +672,266 @@ __kernel void k7_layernorm(
     }
 }
 
-// k8_linear_view: [q, k, rename, v, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
-__attribute__((reqd_work_group_size(64, 1, 1)))
-__kernel void k8_linear_view(
+// k8_linear_view_linear22: [q] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0)
+__attribute__((reqd_work_group_size(8, 8, 1)))
+__kernel void k8_linear_view_linear22(
     __global const float* restrict in22,
     __global const float* restrict w_blocks_1_attn_q_weight,
     __global const float* restrict w_blocks_1_attn_q_bias,
+    __global float* restrict out23)
+{
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in22 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in22 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in22 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in22 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 15);
+    __global const float* b0 = w_blocks_1_attn_q_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
+    const int n1 = min(nb * 2 + 1, 15);
+    __global const float* b1 = w_blocks_1_attn_q_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
+        }
+    }
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
+        out23[m0 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s0_0 + w_blocks_1_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    }
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
+        out23[m0 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s0_1 + w_blocks_1_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    }
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
+        out23[m1 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s1_0 + w_blocks_1_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    }
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
+        out23[m1 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s1_1 + w_blocks_1_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    }
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
+        out23[m2 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s2_0 + w_blocks_1_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    }
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
+        out23[m2 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s2_1 + w_blocks_1_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    }
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
+        out23[m3 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s3_0 + w_blocks_1_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    }
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
+        out23[m3 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s3_1 + w_blocks_1_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    }
+}
+
+// k8_linear_view_linear23: [k, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
+__attribute__((reqd_work_group_size(8, 8, 1)))
+__kernel void k8_linear_view_linear23(
+    __global const float* restrict in22,
     __global const float* restrict w_blocks_1_attn_k_weight,
     __global const float* restrict w_blocks_1_attn_k_bias,
+    __global float* restrict out25)
+{
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in22 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in22 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in22 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in22 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 15);
+    __global const float* b0 = w_blocks_1_attn_k_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
+    const int n1 = min(nb * 2 + 1, 15);
+    __global const float* b1 = w_blocks_1_attn_k_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
+        }
+    }
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    float v25 = (s0_0 + w_blocks_1_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
+        out25[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = v25;
+    }
+    float v25_2 = (s0_1 + w_blocks_1_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
+        out25[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = v25_2;
+    }
+    float v25_3 = (s1_0 + w_blocks_1_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
+        out25[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = v25_3;
+    }
+    float v25_4 = (s1_1 + w_blocks_1_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
+        out25[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = v25_4;
+    }
+    float v25_5 = (s2_0 + w_blocks_1_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
+        out25[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = v25_5;
+    }
+    float v25_6 = (s2_1 + w_blocks_1_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
+        out25[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = v25_6;
+    }
+    float v25_7 = (s3_0 + w_blocks_1_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
+        out25[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = v25_7;
+    }
+    float v25_8 = (s3_1 + w_blocks_1_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
+        out25[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = v25_8;
+    }
+}
+
+// k8_linear_view_linear25: [v, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
+__attribute__((reqd_work_group_size(8, 8, 1)))
+__kernel void k8_linear_view_linear25(
+    __global const float* restrict in22,
     __global const float* restrict w_blocks_1_attn_v_weight,
     __global const float* restrict w_blocks_1_attn_v_bias,
-    __global float* restrict out23,
-    __global float* restrict out25,
     __global float* restrict out27)
 {
-    const int gid = (int)get_global_id(0);
-    if (gid >= 208) return;
-    const int i_d_head = gid % 8;
-    const int i_heads = (gid / 8) % 2;
-    const int i_seq = (gid / 16);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        dot += in22[i_seq * 16 + i_d_model] * w_blocks_1_attn_q_weight[i_heads * 128 + i_d_head * 16 + i_d_model];
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in22 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in22 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in22 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in22 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 15);
+    __global const float* b0 = w_blocks_1_attn_v_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
+    const int n1 = min(nb * 2 + 1, 15);
+    __global const float* b1 = w_blocks_1_attn_v_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
+        }
     }
-    float v23 = (dot + w_blocks_1_attn_q_bias[i_heads * 8 + i_d_head]);
-    out23[i_seq * 16 + i_heads * 8 + i_d_head] = v23;
-    float dot_2 = 0.0f;
-    for (int i_d_model_2 = 0; i_d_model_2 < 16; ++i_d_model_2) {
-        dot_2 += in22[i_seq * 16 + i_d_model_2] * w_blocks_1_attn_k_weight[i_heads * 128 + i_d_head * 16 + i_d_model_2];
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    float v27 = (s0_0 + w_blocks_1_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
+        out27[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = v27;
     }
-    float v24 = (dot_2 + w_blocks_1_attn_k_bias[i_heads * 8 + i_d_head]);
-    out25[i_heads * 104 + i_d_head * 13 + i_seq] = v24;
-    float dot_3 = 0.0f;
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; ++i_d_model_3) {
-        dot_3 += in22[i_seq * 16 + i_d_model_3] * w_blocks_1_attn_v_weight[i_heads * 128 + i_d_head * 16 + i_d_model_3];
+    float v27_2 = (s0_1 + w_blocks_1_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
+        out27[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = v27_2;
     }
-    float v26 = (dot_3 + w_blocks_1_attn_v_bias[i_heads * 8 + i_d_head]);
-    out27[i_heads * 104 + i_d_head * 13 + i_seq] = v26;
+    float v27_3 = (s1_0 + w_blocks_1_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
+        out27[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = v27_3;
+    }
+    float v27_4 = (s1_1 + w_blocks_1_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
+        out27[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = v27_4;
+    }
+    float v27_5 = (s2_0 + w_blocks_1_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
+        out27[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = v27_5;
+    }
+    float v27_6 = (s2_1 + w_blocks_1_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
+        out27[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = v27_6;
+    }
+    float v27_7 = (s3_0 + w_blocks_1_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
+        out27[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = v27_7;
+    }
+    float v27_8 = (s3_1 + w_blocks_1_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
+        out27[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = v27_8;
+    }
 }
 
 // k9_einsum_scale_causal_mask_softmax: [einsum, scale |d_head|^-0.5, causal_mask, softmax, einsum] group(seq/t_seq@L0) group(heads/t_heads@L0) stream(seq_k/t_seq_k@L0)
@@ -302,7 +953,7 @@ __kernel void k9_einsum_scale_causal_mask_softmax(
     for (int i_seq_k = 0; i_seq_k < min(13, i_seq + 1); ++i_seq_k) {
         float dot = 0.0f;
         for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-            dot += in23[i_seq * 16 + i_heads * 8 + i_d_head] * in25[i_heads * 104 + i_d_head * 13 + i_seq_k];
+            dot += in23[i_seq * 16 + i_heads * 8 + i_d_head] * in25[i_heads * 104 + i_seq_k * 8 + i_d_head];
         }
         float v29 = (dot * 0.3535533905932738f);
         float v30 = ((i_seq_k) <= (i_seq) + 0 ? v29 : -INFINITY);
@@ -312,7 +963,7 @@ __kernel void k9_einsum_scale_causal_mask_softmax(
         l = l * c + p;
         m = mnew;
         for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
-            acc[i_d_head_2] = acc[i_d_head_2] * c + p * in27[i_heads * 104 + i_d_head_2 * 13 + i_seq_k];
+            acc[i_d_head_2] = acc[i_d_head_2] * c + p * in27[i_heads * 104 + i_seq_k * 8 + i_d_head_2];
         }
     }
     float scale = (1.0f / l);
@@ -322,27 +973,94 @@ __kernel void k9_einsum_scale_causal_mask_softmax(
 }
 
 // k10_linear_binary: [o, add] group(seq/t_seq@L0) group(d_model/t_d_model@L0)
-__attribute__((reqd_work_group_size(64, 1, 1)))
+__attribute__((reqd_work_group_size(8, 8, 1)))
 __kernel void k10_linear_binary(
-    __global const float* restrict in21,
     __global const float* restrict in32,
+    __global const float* restrict in21,
     __global const float* restrict w_blocks_1_attn_o_weight,
     __global const float* restrict w_blocks_1_attn_o_bias,
     __global float* restrict out34)
 {
-    const int gid = (int)get_global_id(0);
-    if (gid >= 208) return;
-    const int i_d_model = gid % 16;
-    const int i_seq = (gid / 16);
-    float dot = 0.0f;
-    for (int i_heads = 0; i_heads < 2; ++i_heads) {
-        for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-            dot += in32[i_seq * 16 + i_heads * 8 + i_d_head] * w_blocks_1_attn_o_weight[i_d_model * 16 + i_heads * 8 + i_d_head];
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in32 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in32 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in32 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in32 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 15);
+    __global const float* b0 = w_blocks_1_attn_o_weight + n0 * 16;
+    const int n1 = min(nb * 2 + 1, 15);
+    __global const float* b1 = w_blocks_1_attn_o_weight + n1 * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
         }
     }
-    float v33 = (dot + w_blocks_1_attn_o_bias[i_d_model]);
-    float v34 = (in21[i_seq * 16 + i_d_model] + v33);
-    out34[i_seq * 16 + i_d_model] = v34;
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    float v34 = (in21[m0 * 16 + n0] + (s0_0 + w_blocks_1_attn_o_bias[n0]));
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
+        out34[m0 * 16 + n0] = v34;
+    }
+    float v34_2 = (in21[m0 * 16 + n1] + (s0_1 + w_blocks_1_attn_o_bias[n1]));
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
+        out34[m0 * 16 + n1] = v34_2;
+    }
+    float v34_3 = (in21[m1 * 16 + n0] + (s1_0 + w_blocks_1_attn_o_bias[n0]));
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
+        out34[m1 * 16 + n0] = v34_3;
+    }
+    float v34_4 = (in21[m1 * 16 + n1] + (s1_1 + w_blocks_1_attn_o_bias[n1]));
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
+        out34[m1 * 16 + n1] = v34_4;
+    }
+    float v34_5 = (in21[m2 * 16 + n0] + (s2_0 + w_blocks_1_attn_o_bias[n0]));
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
+        out34[m2 * 16 + n0] = v34_5;
+    }
+    float v34_6 = (in21[m2 * 16 + n1] + (s2_1 + w_blocks_1_attn_o_bias[n1]));
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
+        out34[m2 * 16 + n1] = v34_6;
+    }
+    float v34_7 = (in21[m3 * 16 + n0] + (s3_0 + w_blocks_1_attn_o_bias[n0]));
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
+        out34[m3 * 16 + n0] = v34_7;
+    }
+    float v34_8 = (in21[m3 * 16 + n1] + (s3_1 + w_blocks_1_attn_o_bias[n1]));
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
+        out34[m3 * 16 + n1] = v34_8;
+    }
 }
 
 // k11_layernorm: [layernorm] group(seq/t_seq@L0)
@@ -373,24 +1091,93 @@ __kernel void k11_layernorm(
 }
 
 // k36_linear_unary: [fc, gelu] group(seq/1@L1) group(d_ff/1@L1)
-__attribute__((reqd_work_group_size(64, 1, 1)))
+__attribute__((reqd_work_group_size(8, 8, 1)))
 __kernel void k36_linear_unary(
     __global const float* restrict in35,
     __global const float* restrict w_blocks_1_mlp_fc_weight,
     __global const float* restrict w_blocks_1_mlp_fc_bias,
     __global float* restrict out37)
 {
-    const int gid = (int)get_global_id(0);
-    if (gid >= 312) return;
-    const int i_d_ff = gid % 24;
-    const int i_seq = (gid / 24);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        dot += in35[i_seq * 16 + i_d_model] * w_blocks_1_mlp_fc_weight[i_d_ff * 16 + i_d_model];
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in35 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in35 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in35 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in35 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 23);
+    __global const float* b0 = w_blocks_1_mlp_fc_weight + n0 * 16;
+    const int n1 = min(nb * 2 + 1, 23);
+    __global const float* b1 = w_blocks_1_mlp_fc_weight + n1 * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
+        }
     }
-    float v36 = (dot + w_blocks_1_mlp_fc_bias[i_d_ff]);
-    float v37 = (0.5f * v36 * (1.0f + erf(v36 * 0.70710678118654752f)));
-    out37[i_seq * 24 + i_d_ff] = v37;
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    float v37 = (0.5f * (s0_0 + w_blocks_1_mlp_fc_bias[n0]) * (1.0f + erf((s0_0 + w_blocks_1_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 24) {
+        out37[m0 * 24 + n0] = v37;
+    }
+    float v37_2 = (0.5f * (s0_1 + w_blocks_1_mlp_fc_bias[n1]) * (1.0f + erf((s0_1 + w_blocks_1_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 24) {
+        out37[m0 * 24 + n1] = v37_2;
+    }
+    float v37_3 = (0.5f * (s1_0 + w_blocks_1_mlp_fc_bias[n0]) * (1.0f + erf((s1_0 + w_blocks_1_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 24) {
+        out37[m1 * 24 + n0] = v37_3;
+    }
+    float v37_4 = (0.5f * (s1_1 + w_blocks_1_mlp_fc_bias[n1]) * (1.0f + erf((s1_1 + w_blocks_1_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 24) {
+        out37[m1 * 24 + n1] = v37_4;
+    }
+    float v37_5 = (0.5f * (s2_0 + w_blocks_1_mlp_fc_bias[n0]) * (1.0f + erf((s2_0 + w_blocks_1_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 24) {
+        out37[m2 * 24 + n0] = v37_5;
+    }
+    float v37_6 = (0.5f * (s2_1 + w_blocks_1_mlp_fc_bias[n1]) * (1.0f + erf((s2_1 + w_blocks_1_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 24) {
+        out37[m2 * 24 + n1] = v37_6;
+    }
+    float v37_7 = (0.5f * (s3_0 + w_blocks_1_mlp_fc_bias[n0]) * (1.0f + erf((s3_0 + w_blocks_1_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 24) {
+        out37[m3 * 24 + n0] = v37_7;
+    }
+    float v37_8 = (0.5f * (s3_1 + w_blocks_1_mlp_fc_bias[n1]) * (1.0f + erf((s3_1 + w_blocks_1_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 24) {
+        out37[m3 * 24 + n1] = v37_8;
+    }
 }
 
 // k39_linear_binary_layernorm: [proj, add, layernorm] group(seq/1@L1)
@@ -442,19 +1229,82 @@ __kernel void k39_linear_binary_layernorm(
 }
 
 // k13_linear: [lm_head] group(seq/t_seq@L0) group(vocab/t_vocab@L0)
-__attribute__((reqd_work_group_size(64, 1, 1)))
+__attribute__((reqd_work_group_size(8, 8, 1)))
 __kernel void k13_linear(
     __global const float* restrict in40,
     __global const float* restrict w_lm_head_weight,
     __global float* restrict out41)
 {
-    const int gid = (int)get_global_id(0);
-    if (gid >= 143) return;
-    const int i_vocab = gid % 11;
-    const int i_seq = (gid / 11);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        dot += in40[i_seq * 16 + i_d_model] * w_lm_head_weight[i_vocab * 16 + i_d_model];
+    const int nb = (int)get_global_id(0);
+    const int mb = (int)get_global_id(1);
+    const int m0 = min(mb * 4 + 0, 12);
+    __global const float* a0 = in40 + m0 * 16;
+    const int m1 = min(mb * 4 + 1, 12);
+    __global const float* a1 = in40 + m1 * 16;
+    const int m2 = min(mb * 4 + 2, 12);
+    __global const float* a2 = in40 + m2 * 16;
+    const int m3 = min(mb * 4 + 3, 12);
+    __global const float* a3 = in40 + m3 * 16;
+    const int n0 = min(nb * 2 + 0, 10);
+    __global const float* b0 = w_lm_head_weight + n0 * 16;
+    const int n1 = min(nb * 2 + 1, 10);
+    __global const float* b1 = w_lm_head_weight + n1 * 16;
+    float8 c0_0 = (float8)(0.0f);
+    float8 c0_1 = (float8)(0.0f);
+    float8 c1_0 = (float8)(0.0f);
+    float8 c1_1 = (float8)(0.0f);
+    float8 c2_0 = (float8)(0.0f);
+    float8 c2_1 = (float8)(0.0f);
+    float8 c3_0 = (float8)(0.0f);
+    float8 c3_1 = (float8)(0.0f);
+    for (int k0 = 0; k0 < 16; k0 += 256) {
+        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
+            const float8 x0 = *(__global const float8*)(a0 + k);
+            const float8 x1 = *(__global const float8*)(a1 + k);
+            const float8 x2 = *(__global const float8*)(a2 + k);
+            const float8 x3 = *(__global const float8*)(a3 + k);
+            const float8 y0 = *(__global const float8*)(b0 + k);
+            const float8 y1 = *(__global const float8*)(b1 + k);
+            c0_0 += x0 * y0;
+            c0_1 += x0 * y1;
+            c1_0 += x1 * y0;
+            c1_1 += x1 * y1;
+            c2_0 += x2 * y0;
+            c2_1 += x2 * y1;
+            c3_0 += x3 * y0;
+            c3_1 += x3 * y1;
+        }
     }
-    out41[i_seq * 11 + i_vocab] = dot;
+    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
+    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
+    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
+    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
+    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
+    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
+    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
+    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
+    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 11) {
+        out41[m0 * 11 + n0] = s0_0;
+    }
+    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 11) {
+        out41[m0 * 11 + n1] = s0_1;
+    }
+    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 11) {
+        out41[m1 * 11 + n0] = s1_0;
+    }
+    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 11) {
+        out41[m1 * 11 + n1] = s1_1;
+    }
+    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 11) {
+        out41[m2 * 11 + n0] = s2_0;
+    }
+    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 11) {
+        out41[m2 * 11 + n1] = s2_1;
+    }
+    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 11) {
+        out41[m3 * 11 + n0] = s3_0;
+    }
+    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 11) {
+        out41[m3 * 11 + n1] = s3_1;
+    }
 }

@@ -27,19 +27,13 @@ __kernel void k0_layernorm(
     }
 }
 
-// k1_linear_view: [q, k, rename, v, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
+// k1_linear_view_linear1: [q] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0)
 __attribute__((reqd_work_group_size(64, 1, 1)))
-__kernel void k1_linear_view(
+__kernel void k1_linear_view_linear1(
     __global const float* restrict in1,
     __global const float* restrict w_attn_q_weight,
     __global const float* restrict w_attn_q_bias,
-    __global const float* restrict w_attn_k_weight,
-    __global const float* restrict w_attn_k_bias,
-    __global const float* restrict w_attn_v_weight,
-    __global const float* restrict w_attn_v_bias,
-    __global float* restrict out2,
-    __global float* restrict out4,
-    __global float* restrict out6)
+    __global float* restrict out2)
 {
     const int gid = (int)get_global_id(0);
     if (gid >= 70) return;
@@ -52,18 +46,48 @@ __kernel void k1_linear_view(
     }
     float v2 = (dot + w_attn_q_bias[i_heads * 5 + i_d_head]);
     out2[i_seq * 10 + i_heads * 5 + i_d_head] = v2;
-    float dot_2 = 0.0f;
-    for (int i_d_model_2 = 0; i_d_model_2 < 12; ++i_d_model_2) {
-        dot_2 += in1[i_seq * 12 + i_d_model_2] * w_attn_k_weight[i_heads * 60 + i_d_head * 12 + i_d_model_2];
+}
+
+// k1_linear_view_linear2: [k, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
+__attribute__((reqd_work_group_size(64, 1, 1)))
+__kernel void k1_linear_view_linear2(
+    __global const float* restrict in1,
+    __global const float* restrict w_attn_k_weight,
+    __global const float* restrict w_attn_k_bias,
+    __global float* restrict out4)
+{
+    const int gid = (int)get_global_id(0);
+    if (gid >= 70) return;
+    const int i_d_head = gid % 5;
+    const int i_heads = (gid / 5) % 2;
+    const int i_seq = (gid / 10);
+    float dot = 0.0f;
+    for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
+        dot += in1[i_seq * 12 + i_d_model] * w_attn_k_weight[i_heads * 60 + i_d_head * 12 + i_d_model];
     }
-    float v3 = (dot_2 + w_attn_k_bias[i_heads * 5 + i_d_head]);
-    out4[i_heads * 35 + i_d_head * 7 + i_seq] = v3;
-    float dot_3 = 0.0f;
-    for (int i_d_model_3 = 0; i_d_model_3 < 12; ++i_d_model_3) {
-        dot_3 += in1[i_seq * 12 + i_d_model_3] * w_attn_v_weight[i_heads * 60 + i_d_head * 12 + i_d_model_3];
+    float v3 = (dot + w_attn_k_bias[i_heads * 5 + i_d_head]);
+    out4[i_heads * 35 + i_seq * 5 + i_d_head] = v3;
+}
+
+// k1_linear_view_linear4: [v, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
+__attribute__((reqd_work_group_size(64, 1, 1)))
+__kernel void k1_linear_view_linear4(
+    __global const float* restrict in1,
+    __global const float* restrict w_attn_v_weight,
+    __global const float* restrict w_attn_v_bias,
+    __global float* restrict out6)
+{
+    const int gid = (int)get_global_id(0);
+    if (gid >= 70) return;
+    const int i_d_head = gid % 5;
+    const int i_heads = (gid / 5) % 2;
+    const int i_seq = (gid / 10);
+    float dot = 0.0f;
+    for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
+        dot += in1[i_seq * 12 + i_d_model] * w_attn_v_weight[i_heads * 60 + i_d_head * 12 + i_d_model];
     }
-    float v5 = (dot_3 + w_attn_v_bias[i_heads * 5 + i_d_head]);
-    out6[i_heads * 35 + i_d_head * 7 + i_seq] = v5;
+    float v5 = (dot + w_attn_v_bias[i_heads * 5 + i_d_head]);
+    out6[i_heads * 35 + i_seq * 5 + i_d_head] = v5;
 }
 
 // k2_einsum_scale_causal_mask_softmax: [einsum, scale |d_head|^-0.5, causal_mask, softmax, einsum] group(seq/t_seq@L0) group(heads/t_heads@L0) stream(seq_k/t_seq_k@L0)
@@ -84,7 +108,7 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
     for (int i_seq_k = 0; i_seq_k < min(7, i_seq + 1); ++i_seq_k) {
         float dot = 0.0f;
         for (int i_d_head = 0; i_d_head < 5; ++i_d_head) {
-            dot += in2[i_seq * 10 + i_heads * 5 + i_d_head] * in4[i_heads * 35 + i_d_head * 7 + i_seq_k];
+            dot += in2[i_seq * 10 + i_heads * 5 + i_d_head] * in4[i_heads * 35 + i_seq_k * 5 + i_d_head];
         }
         float v8 = (dot * 0.4472135954999579f);
         float v9 = ((i_seq_k) <= (i_seq) + 0 ? v8 : -INFINITY);
@@ -94,7 +118,7 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
         l = l * c + p;
         m = mnew;
         for (int i_d_head_2 = 0; i_d_head_2 < 5; ++i_d_head_2) {
-            acc[i_d_head_2] = acc[i_d_head_2] * c + p * in6[i_heads * 35 + i_d_head_2 * 7 + i_seq_k];
+            acc[i_d_head_2] = acc[i_d_head_2] * c + p * in6[i_heads * 35 + i_seq_k * 5 + i_d_head_2];
         }
     }
     float scale = (1.0f / l);

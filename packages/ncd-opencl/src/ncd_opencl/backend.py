@@ -54,6 +54,26 @@ class Compiled:
         self.params[name] = (arr, buf)  # keep arr alive so its identity stays meaningful
         return buf
 
+    def profile(self, arrays: list[np.ndarray], params: dict[str, np.ndarray],
+                reps: int = 3) -> dict[str, float]:
+        """Median seconds per kernel (each launch waited for), after one warm-up run."""
+        import time
+
+        self.run(arrays, params)
+        times: dict[str, list[float]] = {src.name: [] for _, src in self.launches}
+        for _ in range(reps):
+            for kern, src in self.launches:
+                t0 = time.perf_counter()
+                self._launch(kern, src, params)
+                self.queue.finish()
+                times[src.name].append(time.perf_counter() - t0)
+        return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+
+    def _launch(self, kern: Any, src: Any, params: dict[str, np.ndarray]) -> None:
+        args = [self._param(b.param, params[b.param]) if b.param is not None
+                else self.values[b.value] for b in src.buffers]
+        kern(self.queue, src.global_size, src.local_size, *args)
+
     def run(self, arrays: list[np.ndarray], params: dict[str, np.ndarray]) -> list[np.ndarray]:
         import pyopencl as cl
 
@@ -63,9 +83,7 @@ class Compiled:
                 dt = np.int64 if g.values[v].dtype == "int64" else np.float32
                 cl.enqueue_copy(self.queue, self.values[v], np.ascontiguousarray(x, dtype=dt))
         for kern, src in self.launches:
-            args = [self._param(b.param, params[b.param]) if b.param is not None
-                    else self.values[b.value] for b in src.buffers]
-            kern(self.queue, src.global_size, src.local_size, *args)
+            self._launch(kern, src, params)
         outs = []
         for v in g.outputs:
             dt = np.int64 if g.values[v].dtype == "int64" else np.float32

@@ -1,8 +1,137 @@
-"""Placeholder replaced below."""
+"""The tiled template for a learned linear map with an elementwise epilogue (bias, GELU,
+residual add...): ``Y[m, n] = epilogue(sum_k X[m, k] W[n, k])``.
+
+Each work-item computes an ``RM x RN`` block of outputs with ``float8`` accumulators over the
+contracted axis (explicit vectors: PoCL then issues 8-wide FMAs whatever its auto-vectoriser
+decides); an 8x8 work-group shares rows of ``X`` and ``W`` through the caches. A barrier per
+K-chunk (``BARRIER``, off) made PoCL save the accumulators at every barrier and halved the rate,
+so it is not emitted. Rows and columns past the ends are clamped on read and masked on write
+(any M, N; K a multiple of 8, else the pointwise renderer runs). The epilogue (bias, GELU,
+residual add, renames) is the generic pull-based renderer reading the finished sums.
+"""
+
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from ncd.axis import Axis
+from ncd.codegen import KernelGen, KernelSource
+from ncd.ops import _library as L
 
-def tiled_template(gen: Any) -> Any:
-    return None
+__all__ = ["tiled_template"]
+
+RM, RN, VW = 4, 2, 8  # rows, columns per work-item; vector width
+WG_M, WG_N = 8, 8  # work-items per group along rows and columns
+KC = 256  # contracted elements per chunk (barrier interval)
+BARRIER = False
+
+
+def _contiguous(buf: Any, axes: tuple[Axis, ...], sizes: dict[Axis, int]) -> bool:
+    """The axes are the buffer's last ones, in order (one unit-stride run)."""
+    return tuple(buf.axes[len(buf.axes) - len(axes):]) == tuple(axes)
+
+
+def tiled_template(gen: KernelGen) -> KernelSource | None:
+    g = gen.graph
+    k = gen.kernel
+    nodes = [g.nodes[i] for i in k.nodes]
+    renames = k.aliases
+    heavy = [n for n in nodes if n.op.category != "elementwise"
+             and not (n.op.category == "view" and n.op.out_axes[0] in renames)]  # type: ignore[attr-defined]
+    if len(heavy) != 1 or not isinstance(heavy[0].op, L.Linear) or k.streamed:
+        return None
+    lin = heavy[0]
+    op: L.Linear = lin.op  # type: ignore[assignment]
+    x = lin.inputs[0]
+    if x in gen.made_here:
+        return None
+    out_v = lin.outputs[0]
+    m_axes = tuple(lin.loop)
+    n_axes = op.out_axes
+    kdim = math.prod(gen.size(a) for a in op.in_axes)
+    msz = math.prod(gen.size(a) for a in m_axes)
+    nsz = math.prod(gen.size(a) for a in n_axes)
+    if kdim % VW or msz < RM or nsz < RN:
+        return None  # rows must start 32-byte aligned for the vector loads below
+    full = set(m_axes) | set(n_axes)
+    for v in k.outputs:
+        if {renames.get(a, a) for a in g.values[v].axes} != full:
+            return None
+    xb = gen.value_buffer(x)
+    wb = gen.param_buffer(lin, "weight")
+    sizes = {a: gen.size(a) for a in (*op.in_axes, *m_axes, *n_axes)}
+    if not _contiguous(xb, op.in_axes, sizes) or not _contiguous(wb, op.in_axes, sizes):
+        return None
+    if any(a not in m_axes for a in g.values[x].axes if a not in op.in_axes):
+        return None
+    w = gen.w
+    mb, nb = -(-msz // RM), -(-nsz // RN)
+    w.line(f"const int nb = {gen.dialect.gid(0)};")
+    w.line(f"const int mb = {gen.dialect.gid(1)};")
+    zero = {a: "0" for a in op.in_axes}
+    rows, cols = [], []
+    for i in range(RM):
+        m = gen.unique(f"m{i}")
+        w.line(f"const int {m} = min(mb * {RM} + {i}, {msz - 1});")
+        env = _split(gen, m_axes, m)
+        rows.append((m, env))
+        w.line(f"{gen.dialect.global_} const float* a{i} = {xb.name} + {xb.address({**env, **zero})};")
+    for j in range(RN):
+        n = gen.unique(f"n{j}")
+        w.line(f"const int {n} = min(nb * {RN} + {j}, {nsz - 1});")
+        env = _split(gen, n_axes, n)
+        cols.append((n, env))
+        w.line(f"{gen.dialect.global_} const float* b{j} = {wb.name} + {wb.address({**env, **zero})};")
+    for i in range(RM):
+        for j in range(RN):
+            w.line(f"float{VW} c{i}_{j} = (float{VW})(0.0f);")
+    kv = kdim - kdim % VW
+    with w.block(f"for (int k0 = 0; k0 < {kv}; k0 += {KC})"):
+        with w.block(f"for (int k = k0; k < min(k0 + {KC}, {kv}); k += {VW})"):
+            for i in range(RM):
+                # a pointer cast, not vload8: PoCL's vload8 ran 10x slower (docs/opencl.md)
+                w.line(f"const float{VW} x{i} = *({gen.dialect.global_} const float{VW}*)(a{i} + k);")
+            for j in range(RN):
+                w.line(f"const float{VW} y{j} = *({gen.dialect.global_} const float{VW}*)(b{j} + k);")
+            for i in range(RM):
+                for j in range(RN):
+                    w.line(f"c{i}_{j} += x{i} * y{j};")
+        if BARRIER:
+            w.line(gen.dialect.barrier)
+    sums = {}
+    for i in range(RM):
+        for j in range(RN):
+            s = gen.unique(f"s{i}_{j}")
+            c = f"c{i}_{j}"
+            w.line(f"float {s} = dot({c}.lo, (float4)(1.0f)) + dot({c}.hi, (float4)(1.0f));")
+            if kv < kdim:
+                w.line(f"for (int k = {kv}; k < {kdim}; ++k) {s} += a{i}[k] * b{j}[k];")
+            sums[i, j] = s
+    for i, (m, menv) in enumerate(rows):
+        for j, (n, nenv) in enumerate(cols):
+            env = {**menv, **nenv}
+            env.update({a: env[src] for a, src in renames.items() if src in env})
+            guard = f"mb * {RM} + {i} < {msz} && nb * {RN} + {j} < {nsz}"
+            s = sums[i, j]
+            with w.block(f"if ({guard})"):
+                gen.bound[out_v] = lambda index, s=s: (
+                    f"({s} + {gen.param(lin, 'bias', index)})" if op.bias else s)
+                for v in k.outputs:
+                    gen.write(v, env, [])
+    gsize = (-(-nb // WG_N) * WG_N, -(-mb // WG_M) * WG_M)
+    src = gen.source(gsize, (WG_N, WG_M), "tiled")
+    return src
+
+
+def _split(gen: KernelGen, axes: tuple[Axis, ...], flat: str) -> dict[Axis, str]:
+    """Index expressions of ``axes`` (row-major) from one flattened index variable."""
+    env: dict[Axis, str] = {}
+    step = 1
+    total = math.prod(gen.size(a) for a in axes)
+    for a in reversed(axes):
+        n = gen.size(a)
+        q = flat if step == 1 else f"({flat} / {step})"
+        env[a] = q if step * n == total else f"({q} % {n})"
+        step *= n
+    return env

@@ -121,7 +121,7 @@ def plan_for(graph: Graph, fuse: bool | str = True) -> FusionPlan:
 
         fuser: Any = getattr(ncd, "fuse", None)
         if fuser is not None:
-            return split_sum_streams(fuser(graph), graph)
+            return split_siblings(split_sum_streams(fuser(graph), graph))
     return local_plan(graph)
 
 
@@ -147,13 +147,59 @@ def split_sum_streams(plan: FusionPlan, graph: Graph) -> FusionPlan:
     return FusionPlan(graph, kernels, plan.boundaries)
 
 
+def split_siblings(plan: FusionPlan) -> FusionPlan:
+    """One kernel per learned map in sibling-fused kernels (the q/k/v projections read the
+    same input): each piece then fits the tiled matmul template; a node goes with the first
+    contraction it depends on inside the kernel."""
+    g = plan.graph
+    out: list[Kernel] = []
+    for k in plan.kernels:
+        roots = [i for i in k.nodes if isinstance(g.nodes[i].op, L.Linear)]
+        if len(roots) < 2 or k.streamed:
+            out.append(k)
+            continue
+        owner: dict[int, int] = {}
+        made = {v: i for i in k.nodes for v in g.nodes[i].outputs}
+        for i in k.nodes:
+            deps = [owner[made[v]] for v in g.nodes[i].inputs if v in made]
+            owner[i] = i if i in roots else (deps[0] if deps else roots[0])
+        if any(len({owner[made[v]] for v in g.nodes[i].inputs if v in made} | {owner[i]}) > 1
+               for i in k.nodes):
+            out.append(k)  # a node joins two maps: keep the planner's kernel
+            continue
+        for r in roots:
+            nodes = [i for i in k.nodes if owner[i] == r]
+            ins, outs = kernel_io(g, nodes)
+            parts = [p for p in k.partitions if p.axis in Kernel(g, nodes, ins, outs).axes()]
+            out.append(Kernel(g, nodes, ins, outs, parts, f"{k.name}_{g.nodes[r].op.kind}{r}"))
+    return FusionPlan(g, out, plan.boundaries)
+
+
 def choose_layouts(plan: FusionPlan) -> dict[int, tuple[Axis, ...]]:
     """Storage order of intermediates: a value read by a Linear keeps its contracted axes
     last and contiguous, so the tiled matmul reads rows with unit stride."""
     g = plan.graph
     kept = {v for k in plan.kernels for v in k.outputs} - set(g.outputs)
     out: dict[int, tuple[Axis, ...]] = {}
+    for k in plan.kernels:
+        # a streamed kernel walks its stream axis outside and loops over the axes a work-item
+        # does not fix inside: store its inputs so those inner loops have unit stride
+        if not k.streamed:
+            continue
+        alias = k.aliases
+        x = k.streamed[0]
+        grid = {alias.get(a, a) for a in k.grouped}
+        for v in k.inputs:
+            if v not in kept:
+                continue
+            axes = g.values[v].axes
+            xs = [a for a in axes if a == x or alias.get(a, a) == alias.get(x, x)]
+            inner = [a for a in axes if a not in xs and alias.get(a, a) not in grid]
+            outer = [a for a in axes if a not in xs and a not in inner]
+            out[v] = (*outer, *xs, *inner)
     for v in kept:
+        if v in out:
+            continue
         axes = g.values[v].axes
         for c in g.consumers[v]:
             op = g.nodes[c].op
