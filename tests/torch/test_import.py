@@ -101,3 +101,23 @@ def test_unsupported_op_names_the_op_and_where_it_came_from():
     assert isinstance(info.value, ncd.NcdError)
     assert "aten.cumsum" in message and "inner (" in message and "test_import.py" in message
     assert "Fix:" in message
+
+
+class Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(3.0))
+        self.register_buffer("mask", torch.ones(4))
+        self.use_mask = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * (self.mask if self.use_mask else self.scale)
+
+
+def test_a_0d_buffer_is_a_constant_and_others_are_refused():
+    x = torch.randn(2, 4)
+    _check(Scaled(), x)
+    module = Scaled()
+    module.use_mask = True
+    with pytest.raises(TorchImportError, match="'mask'"):
+        from_torch(module, (x,))

@@ -65,7 +65,9 @@ class Capture(ViewsMixin):
     def __init__(self, program: Any) -> None:
         sig = program.graph_signature
         self.program = program
-        self.param_of = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+        self.param_of = dict(sig.inputs_to_parameters)
+        # buffers and lifted constants: only 0-d ones are importable (as ncd constants)
+        self.const_of = {**sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
         self.user_inputs = list(sig.user_inputs)
         self.axes = AxisTable()
         self.dims: dict[str, list[Any]] = {}
@@ -173,17 +175,28 @@ class Capture(ViewsMixin):
         if arg.name not in self.dims:
             if arg.name in self.param_of:
                 self._learned(arg)
+            elif arg.name in self.const_of:
+                self._constant(arg)
             else:
                 raise TorchImportError(f"from_torch: value {arg.name!r} is not a captured tensor")
         return str(arg.name)
+
+    def _constant(self, arg: Any) -> None:
+        fqn = self.const_of[arg.name]
+        user = next(iter(arg.users))
+        tensor = self.program.state_dict.get(fqn, self.program.constants.get(fqn))
+        if tensor is None or tensor.dim() != 0:
+            raise self.unsupported(user, f"the buffer or constant tensor {fqn!r} as an operand "
+                                         "(only 0-d constants and parameters are imported)")
+        out = self._record(user, ops.Constant(float(tensor.item())), [], {})
+        self.dims[arg.name] = []
+        self.ref[arg.name] = out
 
     def param(self, arg: Any) -> np.ndarray:
         if arg is None or getattr(arg, "name", None) not in self.param_of:
             raise TorchImportError(f"from_torch: {arg} must be a parameter of the module")
         fqn = self.param_of[arg.name]
-        tensor = self.program.state_dict.get(fqn)
-        if tensor is None:
-            tensor = self.program.constants[fqn]
+        tensor = self.program.state_dict[fqn]
         self._pending.append(fqn)  # the next recorded op owns it
         return np.array(tensor.detach().cpu().numpy())
 

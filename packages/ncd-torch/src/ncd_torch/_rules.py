@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ncd import ops as L
+from ncd.errors import SizeError
 from ncd_torch import _functional as fn
 
 if TYPE_CHECKING:
@@ -176,6 +177,10 @@ def _view(op: L.View, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[
     for axis, parts in zip(op.in_axes, op.in_parts, strict=True):
         if len(parts) != 1 or parts[0] != axis:
             sizes = [em.size(a, allow_free=True) for a in parts]
+            if sizes.count(None) > 1:
+                free = ", ".join(a.describe() for a, s in zip(parts, sizes, strict=True) if s is None)
+                raise SizeError(f"{op.label}: the split of {axis.describe()} has several free "
+                                f"parts ({free}). Fix: bind all but one of them.")
             x = em.method(x, "unflatten", cursor, tuple(-1 if s is None else s for s in sizes))
         cursor += len(parts)
     elems = op.elementary
