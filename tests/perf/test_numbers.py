@@ -115,3 +115,16 @@ def test_every_conformance_case_is_priced(name: str) -> None:
     for fused in (True, False):
         cost = ncd_perf.cost(case.model, "this", fuse=fused)
         assert cost.time is not None and cost.time > 0
+
+
+def test_a_code_generators_concrete_tiles_are_priced_as_given() -> None:
+    att = nn.attention().bind(q=1000, x=1000, d=64, v=64)
+    plan = ncd.fuse(att, tiles={"q": 32, "x": 64})
+    given = ncd_perf.cost(att, "h100", plan=plan)
+    (k,) = given.kernels
+    assert all(str(t) == "32" for lv in k.levels for s, t in lv.tiles.items() if str(s) == "t_q")
+    # K and V are re-read once per query tile: ceil-free napkin count 1000/32 times
+    assert float(k.levels[0].transfers) == pytest.approx(1000 * 64 * 2 + 1000 / 32 * 1000 * 128)
+    huge = ncd.fuse(att, tiles={"q": 1000})
+    (k2,) = ncd_perf.cost(att, "h100", plan=huge).kernels
+    assert not k2.levels[-1].fits  # a 1000-row tile does not fit 256 KB of registers

@@ -187,14 +187,34 @@ def _flops(kernel: Kernel, size: Any) -> dict[str, sp.Expr]:
     return total
 
 
+def _given_tiles(f: KernelFormulas) -> dict[sp.Symbol, sp.Expr]:
+    """Int tiles the kernel's level-0 partitions already fix (a code generator's schedule):
+    priced as given instead of chosen."""
+    out: dict[sp.Symbol, sp.Expr] = {}
+    for p in f.kernel.partitions_at(0):
+        root = f.root(p.axis)
+        if p.kind == "group" and root in f.tiles and isinstance(p.tile, int):
+            out[f.tiles[root]] = sp.Min(sp.Integer(p.tile), f.size(root))
+    return out
+
+
 def _levels(f: KernelFormulas, machine: Machine) -> list[LevelCost]:
     h, hb = f.transfers("elements"), f.transfers("bytes")
     out = []
     upper: dict[sp.Symbol, sp.Expr] | None = None
-    sizes = f.group_sizes()
+    given = _given_tiles(f)
+    sizes = {t: n for t, n in f.group_sizes().items() if t not in given}
     for i, lv in enumerate(machine.levels[1:], start=1):
         m = f.resident(lv.unit)
-        choice: TileChoice = choose_tiles(h, m, sizes, lv.capacity, upper)
+        if given:
+            h_, m_ = h.subs(given), m.subs(given)
+            choice: TileChoice = choose_tiles(h_, m_, sizes, lv.capacity, upper)
+            vals = {**given, **choice.values}
+            fits = bool(m.subs(vals) <= lv.capacity) if lv.capacity is not None and \
+                _number(m.subs(vals)) is not None else choice.fits
+            choice = TileChoice(vals, fits, "given" + (f" + {choice.method}" if sizes else ""))
+        else:
+            choice = choose_tiles(h, m, sizes, lv.capacity, upper)
         vals = choice.values
         out.append(LevelCost(i, lv.name, vals, sp.simplify(h.subs(vals)), hb.subs(vals),
                              sp.simplify(m.subs(vals)), choice.fits, choice.method))

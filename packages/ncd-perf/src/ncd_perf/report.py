@@ -101,7 +101,9 @@ def roofline(cost: ModelCost, path: str, dtype: str = "float32") -> str:
             rate = m.rate(kind, dtype)
             if rate is not None and kind in m.compute:
                 ax.plot(xs, np.minimum(rate, xs * float(bw_level.bandwidth)), label=f"{kind} roof")
+    labelled: set[str] = set()
     for k in cost.kernels:
+        body = k.kernel.name.split("_", 1)[-1]
         try:
             total = sum(float(n) for n in k.flops.values())
             moved = float(k.levels[0].bytes)
@@ -110,8 +112,9 @@ def roofline(cost: ModelCost, path: str, dtype: str = "float32") -> str:
         if total <= 0 or moved <= 0 or not k.time:
             continue
         ax.scatter([total / moved], [total / k.time], s=18)
-        ax.annotate(k.kernel.name.split("_")[0] + " " + k.kernel.name.split("_", 1)[-1][:14],
-                    (total / moved, total / k.time), fontsize=6)
+        if body not in labelled:  # repeated layers share a point: label it once
+            labelled.add(body)
+            ax.annotate(k.kernel.name[:24], (total / moved, total / k.time), fontsize=6)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte from level 0)")
