@@ -117,7 +117,8 @@ class StreamAnalysis:
     ``kinds[i]`` is one of ``prologue`` (independent of the stream, runs once before it),
     ``chunk`` (runs on each chunk), ``sum``/``max``/``min``/``mean`` (accumulates across chunks),
     ``online_softmax``/``l2`` (a normalised contraction: the normaliser and its contraction
-    both carry it) or ``epilogue`` (runs once on finished accumulators).
+    both carry it) or ``epilogue`` (runs once on finished accumulators). A reducing ``Linear``
+    adds its bias once (the accumulator starts at the bias, not once per chunk).
     """
 
     def __init__(self, axis: Axis, kinds: dict[int, str], states: dict[int, str]) -> None:
