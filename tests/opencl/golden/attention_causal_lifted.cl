@@ -16,20 +16,31 @@ __kernel void k0_einsum_scale_causal_mask_softmax(
     float l = 0.0f;
     float acc[5];
     for (int j = 0; j < 5; ++j) acc[j] = 0.0f;
-    for (int i_x = 0; i_x < min(13, i_q + 1); ++i_x) {
-        float dot = 0.0f;
-        for (int i_d = 0; i_d < 7; ++i_d) {
-            dot += in0[i_h * 91 + i_q * 7 + i_d] * in1[i_h * 91 + i_x * 7 + i_d];
+    const int lim = min(13, i_q + 1);
+    for (int x0 = 0; x0 < lim; x0 += 13) {
+        float sc[13];
+        for (int i_x = x0; i_x < x0 + 13; ++i_x) {
+            float dot = 0.0f;
+            for (int i_d = 0; i_d < 7; ++i_d) {
+                dot += in0[i_h * 91 + i_q * 7 + i_d] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d];
+            }
+            float v4 = (dot * 0.37796447300922725f);
+            float v5 = ((min(i_x, 12)) <= (i_q) + 0 ? v4 : -INFINITY);
+            sc[i_x - x0] = i_x < lim ? v5 : -3.402823466e38f;
         }
-        float v4 = (dot * 0.37796447300922725f);
-        float v5 = ((i_x) <= (i_q) + 0 ? v4 : -INFINITY);
-        float mnew = fmax(m, v5);
-        float c = exp(m - mnew);
-        float p = exp(v5 - mnew);
-        l = l * c + p;
-        m = mnew;
-        for (int i_v = 0; i_v < 5; ++i_v) {
-            acc[i_v] = acc[i_v] * c + p * in2[i_h * 65 + i_x * 5 + i_v];
+        float mb = m;
+        for (int t = 0; t < 13; ++t) mb = fmax(mb, sc[t]);
+        float c = exp(m - mb);
+        float ls = 0.0f;
+        for (int t = 0; t < 13; ++t) { sc[t] = exp(sc[t] - mb); ls += sc[t]; }
+        l = l * c + ls;
+        m = mb;
+        for (int j = 0; j < 5; ++j) acc[j] *= c;
+        for (int t = 0; t < 13; ++t) {
+            float p = sc[t];
+            for (int i_v = 0; i_v < 5; ++i_v) {
+                acc[i_v] += p * in2[i_h * 65 + (min(x0 + t, 12)) * 5 + i_v];
+            }
         }
     }
     float scale = (1.0f / l);

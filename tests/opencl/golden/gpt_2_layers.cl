@@ -324,20 +324,31 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
     float l = 0.0f;
     float acc[8];
     for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
-    for (int i_seq_k = 0; i_seq_k < min(13, i_seq + 1); ++i_seq_k) {
-        float dot = 0.0f;
-        for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-            dot += in5[i_seq * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + i_seq_k * 8 + i_d_head];
+    const int lim = min(13, i_seq + 1);
+    for (int seq_k0 = 0; seq_k0 < lim; seq_k0 += 13) {
+        float sc[13];
+        for (int i_seq_k = seq_k0; i_seq_k < seq_k0 + 13; ++i_seq_k) {
+            float dot = 0.0f;
+            for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
+                dot += in5[i_seq * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head];
+            }
+            float v11 = (dot * 0.3535533905932738f);
+            float v12 = ((min(i_seq_k, 12)) <= (i_seq) + 0 ? v11 : -INFINITY);
+            sc[i_seq_k - seq_k0] = i_seq_k < lim ? v12 : -3.402823466e38f;
         }
-        float v11 = (dot * 0.3535533905932738f);
-        float v12 = ((i_seq_k) <= (i_seq) + 0 ? v11 : -INFINITY);
-        float mnew = fmax(m, v12);
-        float c = exp(m - mnew);
-        float p = exp(v12 - mnew);
-        l = l * c + p;
-        m = mnew;
-        for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
-            acc[i_d_head_2] = acc[i_d_head_2] * c + p * in9[i_heads * 104 + i_seq_k * 8 + i_d_head_2];
+        float mb = m;
+        for (int t = 0; t < 13; ++t) mb = fmax(mb, sc[t]);
+        float c = exp(m - mb);
+        float ls = 0.0f;
+        for (int t = 0; t < 13; ++t) { sc[t] = exp(sc[t] - mb); ls += sc[t]; }
+        l = l * c + ls;
+        m = mb;
+        for (int j = 0; j < 8; ++j) acc[j] *= c;
+        for (int t = 0; t < 13; ++t) {
+            float p = sc[t];
+            for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
+                acc[i_d_head_2] += p * in9[i_heads * 104 + (min(seq_k0 + t, 12)) * 8 + i_d_head_2];
+            }
         }
     }
     float scale = (1.0f / l);
@@ -950,20 +961,31 @@ __kernel void k9_einsum_scale_causal_mask_softmax(
     float l = 0.0f;
     float acc[8];
     for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
-    for (int i_seq_k = 0; i_seq_k < min(13, i_seq + 1); ++i_seq_k) {
-        float dot = 0.0f;
-        for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-            dot += in23[i_seq * 16 + i_heads * 8 + i_d_head] * in25[i_heads * 104 + i_seq_k * 8 + i_d_head];
+    const int lim = min(13, i_seq + 1);
+    for (int seq_k0 = 0; seq_k0 < lim; seq_k0 += 13) {
+        float sc[13];
+        for (int i_seq_k = seq_k0; i_seq_k < seq_k0 + 13; ++i_seq_k) {
+            float dot = 0.0f;
+            for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
+                dot += in23[i_seq * 16 + i_heads * 8 + i_d_head] * in25[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head];
+            }
+            float v29 = (dot * 0.3535533905932738f);
+            float v30 = ((min(i_seq_k, 12)) <= (i_seq) + 0 ? v29 : -INFINITY);
+            sc[i_seq_k - seq_k0] = i_seq_k < lim ? v30 : -3.402823466e38f;
         }
-        float v29 = (dot * 0.3535533905932738f);
-        float v30 = ((i_seq_k) <= (i_seq) + 0 ? v29 : -INFINITY);
-        float mnew = fmax(m, v30);
-        float c = exp(m - mnew);
-        float p = exp(v30 - mnew);
-        l = l * c + p;
-        m = mnew;
-        for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
-            acc[i_d_head_2] = acc[i_d_head_2] * c + p * in27[i_heads * 104 + i_seq_k * 8 + i_d_head_2];
+        float mb = m;
+        for (int t = 0; t < 13; ++t) mb = fmax(mb, sc[t]);
+        float c = exp(m - mb);
+        float ls = 0.0f;
+        for (int t = 0; t < 13; ++t) { sc[t] = exp(sc[t] - mb); ls += sc[t]; }
+        l = l * c + ls;
+        m = mb;
+        for (int j = 0; j < 8; ++j) acc[j] *= c;
+        for (int t = 0; t < 13; ++t) {
+            float p = sc[t];
+            for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
+                acc[i_d_head_2] += p * in27[i_heads * 104 + (min(seq_k0 + t, 12)) * 8 + i_d_head_2];
+            }
         }
     }
     float scale = (1.0f / l);

@@ -13,14 +13,21 @@ __kernel void k0_einsum_l2norm(
     float ss = 0.0f;
     float acc[3];
     for (int j = 0; j < 3; ++j) acc[j] = 0.0f;
-    for (int i_x = 0; i_x < 13; ++i_x) {
-        float dot = 0.0f;
-        for (int i_d = 0; i_d < 5; ++i_d) {
-            dot += in0[i_q * 5 + i_d] * in1[i_x * 5 + i_d];
+    for (int x0 = 0; x0 < 13; x0 += 13) {
+        float sc[13];
+        for (int i_x = x0; i_x < x0 + 13; ++i_x) {
+            float dot = 0.0f;
+            for (int i_d = 0; i_d < 5; ++i_d) {
+                dot += in0[i_q * 5 + i_d] * in1[(min(i_x, 12)) * 5 + i_d];
+            }
+            sc[i_x - x0] = i_x < 13 ? dot : 0.0f;
         }
-        ss += dot * dot;
-        for (int i_v = 0; i_v < 3; ++i_v) {
-            acc[i_v] = acc[i_v] + dot * in2[i_x * 3 + i_v];
+        for (int t = 0; t < 13; ++t) ss += sc[t] * sc[t];
+        for (int t = 0; t < 13; ++t) {
+            float p = sc[t];
+            for (int i_v = 0; i_v < 3; ++i_v) {
+                acc[i_v] += p * in2[(min(x0 + t, 12)) * 3 + i_v];
+            }
         }
     }
     float scale = rsqrt(ss + 1e-12f);

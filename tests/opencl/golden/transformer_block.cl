@@ -105,20 +105,31 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
     float l = 0.0f;
     float acc[5];
     for (int j = 0; j < 5; ++j) acc[j] = 0.0f;
-    for (int i_seq_k = 0; i_seq_k < min(7, i_seq + 1); ++i_seq_k) {
-        float dot = 0.0f;
-        for (int i_d_head = 0; i_d_head < 5; ++i_d_head) {
-            dot += in2[i_seq * 10 + i_heads * 5 + i_d_head] * in4[i_heads * 35 + i_seq_k * 5 + i_d_head];
+    const int lim = min(7, i_seq + 1);
+    for (int seq_k0 = 0; seq_k0 < lim; seq_k0 += 7) {
+        float sc[7];
+        for (int i_seq_k = seq_k0; i_seq_k < seq_k0 + 7; ++i_seq_k) {
+            float dot = 0.0f;
+            for (int i_d_head = 0; i_d_head < 5; ++i_d_head) {
+                dot += in2[i_seq * 10 + i_heads * 5 + i_d_head] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head];
+            }
+            float v8 = (dot * 0.4472135954999579f);
+            float v9 = ((min(i_seq_k, 6)) <= (i_seq) + 0 ? v8 : -INFINITY);
+            sc[i_seq_k - seq_k0] = i_seq_k < lim ? v9 : -3.402823466e38f;
         }
-        float v8 = (dot * 0.4472135954999579f);
-        float v9 = ((i_seq_k) <= (i_seq) + 0 ? v8 : -INFINITY);
-        float mnew = fmax(m, v9);
-        float c = exp(m - mnew);
-        float p = exp(v9 - mnew);
-        l = l * c + p;
-        m = mnew;
-        for (int i_d_head_2 = 0; i_d_head_2 < 5; ++i_d_head_2) {
-            acc[i_d_head_2] = acc[i_d_head_2] * c + p * in6[i_heads * 35 + i_seq_k * 5 + i_d_head_2];
+        float mb = m;
+        for (int t = 0; t < 7; ++t) mb = fmax(mb, sc[t]);
+        float c = exp(m - mb);
+        float ls = 0.0f;
+        for (int t = 0; t < 7; ++t) { sc[t] = exp(sc[t] - mb); ls += sc[t]; }
+        l = l * c + ls;
+        m = mb;
+        for (int j = 0; j < 5; ++j) acc[j] *= c;
+        for (int t = 0; t < 7; ++t) {
+            float p = sc[t];
+            for (int i_d_head_2 = 0; i_d_head_2 < 5; ++i_d_head_2) {
+                acc[i_d_head_2] += p * in6[i_heads * 35 + (min(seq_k0 + t, 6)) * 5 + i_d_head_2];
+            }
         }
     }
     float scale = (1.0f / l);

@@ -29,11 +29,16 @@ __all__ = ["STREAM_ACCUMULATORS", "StreamAccumulator", "streamed_template"]
 @attrs.frozen
 class StreamAccumulator:
     """How one normaliser streams: ``init`` declares state, ``step(s)`` returns (rescale of the
-    old acc or None, weight of this term), ``scale`` the final factor applied to acc."""
+    old acc or None, weight of this term), ``scale`` the final factor applied to acc.
+    ``block(sc, n)`` does a chunk at once: it turns the scores ``sc[0..n)`` into weights in
+    place and returns the rescale of the old acc (or None); ``pad`` fills scores past the end.
+    """
 
     init: Callable[[KernelGen, Node], dict[str, str]]
     step: Callable[[KernelGen, Node, dict[str, str], str], tuple[str | None, str]]
     scale: Callable[[KernelGen, Node, dict[str, str]], str]
+    block: Callable[[KernelGen, Node, dict[str, str], str, int], str | None] | None = None
+    pad: str = "0.0f"
 
 
 def _softmax_init(gen: KernelGen, node: Node) -> dict[str, str]:
@@ -50,6 +55,25 @@ def _softmax_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tup
     return c, p
 
 
+def _softmax_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int) -> str:
+    # one max and one rescale per chunk; the chunk's exponentials form a loop PoCL vectorises
+    w = gen.w
+    mb = gen.var(st["m"], "mb")
+    w.line(f"for (int t = 0; t < {n}; ++t) {mb} = {gen.fn('fmax')}({mb}, {sc}[t]);")
+    c = gen.let(f"{gen.fn('exp')}({st['m']} - {mb})", "c")
+    ls = gen.var("0.0f", "ls")
+    w.line(f"for (int t = 0; t < {n}; ++t) {{ {sc}[t] = {gen.fn('exp')}({sc}[t] - {mb}); "
+           f"{ls} += {sc}[t]; }}")
+    w.line(f"{st['l']} = {st['l']} * {c} + {ls};")
+    w.line(f"{st['m']} = {mb};")
+    return c
+
+
+def _l2_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int) -> None:
+    gen.w.line(f"for (int t = 0; t < {n}; ++t) {st['ss']} += {sc}[t] * {sc}[t];")
+    return None
+
+
 def _l2_init(gen: KernelGen, node: Node) -> dict[str, str]:
     return {"ss": gen.var("0.0f", "ss")}
 
@@ -61,10 +85,12 @@ def _l2_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tuple[st
 
 STREAM_ACCUMULATORS: dict[type, StreamAccumulator] = {
     L.Softmax: StreamAccumulator(_softmax_init, _softmax_step,
-                                 lambda g, n, st: f"(1.0f / {st['l']})"),
+                                 lambda g, n, st: f"(1.0f / {st['l']})", _softmax_block,
+                                 "-3.402823466e38f"),
     L.L2Norm: StreamAccumulator(
         _l2_init, _l2_step,
-        lambda g, n, st: f"{g.fn('rsqrt')}({st['ss']} + {g.lit(n.op.eps)})"),  # type: ignore[attr-defined]
+        lambda g, n, st: f"{g.fn('rsqrt')}({st['ss']} + {g.lit(n.op.eps)})",  # type: ignore[attr-defined]
+        _l2_block, "0.0f"),
 }
 
 
@@ -169,6 +195,14 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
     if len(accs) == 1 and accs[0].norm is not None:
         bound = _causal_bound(gen, accs[0].norm, x, env)
         limit = limit if bound is None else f"min({limit}, {bound})"
+    chunk = _chunk(gen, x, accs)
+    if chunk:
+        _chunked(gen, accs[0], x, env, limit, chunk)
+        for acc in accs:
+            _bind(gen, acc)
+        for v in k.outputs:
+            gen.write(v, env, par)
+        return gen.launch(total, "streamed", 16)
     ix = gen.unique(f"i_{x.name}", "i")
     with w.block(f"for (int {ix} = 0; {ix} < {limit}; ++{ix})", ix):
         xenv = {**env, x: ix}
@@ -182,6 +216,60 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
     for v in k.outputs:
         gen.write(v, env, par)
     return gen.launch(total, "streamed", 16)
+
+
+CHUNK = 16  # keys per chunk when the plan's stream tile is symbolic
+
+
+def _chunk(gen: KernelGen, x: Axis, accs: list[_Acc]) -> int:
+    """Chunk length for a lone normalised contraction (0: walk key by key)."""
+    if len(accs) != 1 or accs[0].norm is None:
+        return 0
+    rule = STREAM_ACCUMULATORS[type(accs[0].norm.op)]
+    if rule.block is None or gen.size(x) < 2:
+        return 0
+    tile = gen.kernel.tile(x)
+    n = tile if isinstance(tile, int) else CHUNK
+    return max(1, min(n, gen.size(x)))
+
+
+def _chunked(gen: KernelGen, acc: _Acc, x: Axis, env: dict[Axis, str], limit: str,
+             n: int) -> None:
+    """Scores of ``n`` keys into ``sc[]``, the accumulator's block update, then
+    ``acc[v] = acc[v] * rescale + sum_t sc[t] V[x0 + t, v]``."""
+    assert acc.norm is not None
+    w, a, node, norm = gen.w, acc.name, acc.node, acc.norm
+    rule = STREAM_ACCUMULATORS[type(norm.op)]
+    assert rule.block is not None
+    last = gen.size(x) - 1
+    other = next(v for v in node.inputs if v != norm.outputs[0])
+    lim = gen.let(limit, "lim", "const int") if not limit.isdigit() else limit
+    x0 = gen.unique(f"{x.name}0", "x")
+    sc = gen.unique("sc")
+    with w.block(f"for (int {x0} = 0; {x0} < {lim}; {x0} += {n})"):
+        w.line(f"float {sc}[{n}];")
+        ix = gen.unique(f"i_{x.name}", "i")
+        with w.block(f"for (int {ix} = {x0}; {ix} < {x0} + {n}; ++{ix})", ix):
+            e = {**env, **_alias_x(gen, x, f"min({ix}, {last})")}
+            s = gen.load(norm.inputs[0], e)
+            w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {rule.pad};")
+        rescale = rule.block(gen, norm, acc.state, sc, n)
+        if rescale is not None:
+            w.line(f"for (int j = 0; j < {acc.n}; ++j) {a}[j] *= {rescale};")
+        t = gen.unique("t")
+        with w.block(f"for (int {t} = 0; {t} < {n}; ++{t})", t):
+            e = {**env, **_alias_x(gen, x, f"min({x0} + {t}, {last})")}
+            p = gen.let(f"{sc}[{t}]", "p")
+
+            def upd(ev: dict[Axis, str]) -> None:
+                f = acc.flat(gen, ev)
+                w.line(f"{a}[{f}] += {p} * {gen.load(other, ev)};")
+
+            _over(gen, acc.free, e, upd)
+
+
+def _alias_x(gen: KernelGen, x: Axis, expr: str) -> dict[Axis, str]:
+    return {a: expr for a in gen.kernel.axes() if a == x or gen.root(a) == gen.root(x)}
 
 
 def _step(gen: KernelGen, acc: _Acc, x: Axis, xenv: dict[Axis, str]) -> None:
