@@ -121,3 +121,14 @@ def test_a_0d_buffer_is_a_constant_and_others_are_refused():
     module.use_mask = True
     with pytest.raises(TorchImportError, match="'mask'"):
         from_torch(module, (x,))
+
+
+def test_gpt2_fused_qkv_split_becomes_three_linears():
+    from torch_gpt2 import FusedQKV
+
+    torch.manual_seed(4)
+    imported = _check(FusedQKV(), torch.randn(2, 7, 12))
+    assert imported.torch_names["c_attn_1.weight"] == "c_attn.weight[12:24]"
+    assert imported.params["c_attn_1.weight"].shape == (3, 4, 12)
+    text = imported.model.explain()
+    assert "c_attn_0: [d_model -> heads d_head]" in text and "c_proj: [heads d_head -> d_model]" in text

@@ -71,3 +71,20 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.lm_head(self.ln_f(x))
+
+
+class FusedQKV(nn.Module):
+    """GPT-2's own layout: one ``c_attn`` Linear to 3 * d_model, split into q, k, v."""
+
+    def __init__(self, d_model: int = 12, heads: int = 3) -> None:
+        super().__init__()
+        self.d_model, self.heads = d_model, heads
+        self.c_attn = nn.Linear(d_model, 3 * d_model)
+        self.c_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.d_model, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))

@@ -77,6 +77,7 @@ class Capture(ViewsMixin):
         self._placeholders: dict[int, Axis] = {}
         self._count = 0
         self._pending: list[str] = []
+        self.done: set[str] = set()
         self.outputs: list[str] = []
 
     # -- reading nodes ---------------------------------------------------------------------------
@@ -160,9 +161,11 @@ class Capture(ViewsMixin):
     def _vars(self, dims: Sequence[Any]) -> list[int]:
         return [v for d in dims for v in (d if isinstance(d, tuple) else (d,))]
 
-    def set(self, node: Any, dims: list[Any]) -> None:
+    def set(self, node: Any, dims: list[Any], recorded: bool = False) -> None:
+        """``node``'s dims; its value is the op recorded last (``recorded``: just now)."""
         self.dims[node.name] = dims
-        self.ref.setdefault(node.name, self.ref.get(f"last:{node.name}", node.name))
+        last = self._last_record if recorded else self.ref.get(f"last:{node.name}", node.name)
+        self.ref.setdefault(node.name, last)
         self.axes.meet(self._vars(dims))
 
     def alias(self, node: Any, src: Any, dims: list[Any] | None = None) -> None:
@@ -222,13 +225,20 @@ class Capture(ViewsMixin):
                                    params))
         self.ref[out] = out
         self.ref[f"last:{node.name}"] = out
+        self._last_record = out
         self.axes.meet({int(a.uid[1:]) for a in op.axes() if a.uid.startswith("~")}
                        | {v for k in inputs for v in self._vars(self.dims.get(k, []))})
         return out
 
-    def op(self, node: Any, op: Op, inputs: list[str], params: dict[str, np.ndarray] | None = None,
-           extra: Sequence[int] = ()) -> str:
+    def take_pending(self) -> list[str]:
+        """The PyTorch names of the parameters read since the last recorded op."""
         names, self._pending = self._pending, []
+        return names
+
+    def op(self, node: Any, op: Op, inputs: list[str], params: dict[str, np.ndarray] | None = None,
+           extra: Sequence[int] = (), names: list[str] | None = None) -> str:
+        pending = self.take_pending()
+        names = pending if names is None else names
         named = {k: (v, n) for (k, v), n in zip((params or {}).items(), names, strict=True)}
         out = self._record(node, op, inputs, named)
         if extra:
@@ -241,6 +251,8 @@ class Capture(ViewsMixin):
             if node.op == "placeholder":
                 if node.name in self.user_inputs:
                     self._input(node)
+            elif node.name in self.done:  # consumed by an earlier rule (a folded split)
+                continue
             elif node.op == "call_function":
                 rule = IMPORT_RULES.get(self.aten(node))
                 if rule is None:

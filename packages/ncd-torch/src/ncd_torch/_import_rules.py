@@ -7,7 +7,6 @@ indexed by axis, so only the bookkeeping of dim order changes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -190,27 +189,65 @@ def _embedding(c: Capture, node: Any) -> None:
 def _linear(c: Capture, node: Any) -> None:
     x = c.key(node.args[0])
     weight = c.param(node.args[1])
-    bias = c.param(node.args[2]) if len(node.args) > 2 and node.args[2] is not None else None
+    has_bias = len(node.args) > 2 and node.args[2] is not None
+    bias = c.param(node.args[2]) if has_bias else None
+    names = c.take_pending()
     *lead, last = c.dims[x]
     ins = last if isinstance(last, tuple) else (last,)
     if len(ins) == 1:  # the width a Linear reads is the model width, unless named better
         c.axes.hint(ins[0], "d_model", 0.5)
     w = weight.reshape(weight.shape[0], *(c.axes.size[v] for v in ins))
-    split = c.split_by_view(node, weight.shape[0])
-    if split is not None:  # nn.Linear out_features viewed as (heads, d_head): fold the view
+    name = c.leaf(node) or "linear"
+    chunks = _split_users(c, node)
+    if chunks is None:
+        _one_linear(c, node, node, x, lead, ins, w, bias, name, names)
+        return
+    # nn.Linear(d, 3 * d) then .split(d, dim=-1) (GPT-2's c_attn): one Linear per chunk
+    start = 0
+    for k, (size, user) in enumerate(chunks):
+        rows = slice(start, start + size)
+        chunk_names = [f"{n}[{start}:{start + size}]" for n in names]
+        _one_linear(c, node, user, x, lead, ins, w[rows], None if bias is None else bias[rows],
+                    f"{name}_{k}", chunk_names)
+        start += size
+
+
+def _split_users(c: Capture, node: Any) -> list[tuple[int, Any]] | None:
+    """(size, getitem node) per chunk when the Linear's only user splits its last dim."""
+    if len(node.users) != 1 or not c.users_are(node, ("aten.split", "aten.split_with_sizes")):
+        return None
+    split = next(iter(node.users))
+    dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+    if dim not in (-1, len(c.shape(node)) - 1):
+        return None
+    sizes = [c.shape(g)[-1] for g in sorted(split.users, key=lambda g: g.args[1])]
+    if len(sizes) != len(split.users) or sum(sizes) != c.shape(node)[-1]:
+        return None
+    c.done.add(split.name)
+    users = sorted(split.users, key=lambda g: g.args[1])
+    c.done.update(g.name for g in users)
+    return list(zip(sizes, users, strict=True))
+
+
+def _one_linear(c: Capture, node: Any, out: Any, x: str, lead: list[Any], ins: tuple[int, ...],
+                w: np.ndarray, bias: np.ndarray | None, name: str, names: list[str]) -> None:
+    """Record one Linear of ``node`` whose result is the value ``out`` (the node or a chunk)."""
+    features = w.shape[0]
+    split = c.split_by_view(out, features)
+    if split is not None:  # out_features viewed as (heads, d_head): fold the view
         outs: tuple[int, ...] = (c.axes.new(split[0], "heads", 3), c.axes.new(split[1], "d_head", 3))
         w = w.reshape(*split, *w.shape[1:])
         bias = None if bias is None else bias.reshape(split)
     else:
-        name = "d_ff" if c.feeds_activation(node) else (c.leaf(node).split(".")[-1] or "features")
-        if name != "d_ff" and weight.shape[0] in c.axes.sizes_named("vocab"):
-            name = "vocab"  # an unembedding back to the embedding's vocabulary
-        outs = (c.axes.new(weight.shape[0], name, 2 if name in ("d_ff", "vocab") else 1),)
+        hint = "d_ff" if c.feeds_activation(out) else (name.split(".")[-1] or "features")
+        if hint != "d_ff" and features in c.axes.sizes_named("vocab"):
+            hint = "vocab"  # an unembedding back to the embedding's vocabulary
+        outs = (c.axes.new(features, hint, 2 if hint in ("d_ff", "vocab") else 1),)
     params = {"weight": w} if bias is None else {"weight": w, "bias": bias}
     op = L.Linear(tuple(c.axis(v) for v in ins), tuple(c.axis(v) for v in outs), bias is not None,
-                  name=c.leaf(node) or "linear")
-    c.op(node, op, [x], params, extra=list(outs))
-    c.set(node, [*lead, outs if split is not None else outs[0]])
+                  name=name)
+    c.op(node, op, [x], params, extra=list(outs), names=names)
+    c.set(out, [*lead, outs if split is not None else outs[0]], recorded=True)
 
 
 def _contract(c: Capture, node: Any, a: str, b: str) -> None:
@@ -301,7 +338,3 @@ def _sdpa(c: Capture, node: Any) -> None:
         weights = c.op(node, L.Softmax(X), [scores])
         c.op(node, L.Einsum(((Q, X), (X, V)), (Q, V)), [weights, v])
     c.set(node, [*batch, lq, ev])
-
-
-def math_prod(values: Any) -> int:
-    return int(math.prod(values))
