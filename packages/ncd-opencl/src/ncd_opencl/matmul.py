@@ -108,8 +108,8 @@ def tiled_template(gen: KernelGen) -> KernelSource | None:
             if kv < kdim:
                 w.line(f"for (int k = {kv}; k < {kdim}; ++k) {s} += a{i}[k] * b{j}[k];")
             sums[i, j] = s
-    for i, (m, menv) in enumerate(rows):
-        for j, (n, nenv) in enumerate(cols):
+    for i, (_, menv) in enumerate(rows):
+        for j, (_, nenv) in enumerate(cols):
             env = {**menv, **nenv}
             env.update({a: env[src] for a, src in renames.items() if src in env})
             guard = f"mb * {RM} + {i} < {msz} && nb * {RN} + {j} < {nsz}"
