@@ -242,7 +242,7 @@ def _one_linear(c: Capture, node: Any, out: Any, x: str, lead: list[Any], ins: t
         hint = "d_ff" if c.feeds_activation(out) else (name.split(".")[-1] or "features")
         if hint != "d_ff" and features in c.axes.sizes_named("vocab"):
             hint = "vocab"  # an unembedding back to the embedding's vocabulary
-        outs = (c.axes.new(features, hint, 2 if hint in ("d_ff", "vocab") else 1),)
+        outs = (c.axes.new(features, hint, 2 if hint in ("d_ff", "vocab") else 0.4),)
     params = {"weight": w} if bias is None else {"weight": w, "bias": bias}
     op = L.Linear(tuple(c.axis(v) for v in ins), tuple(c.axis(v) for v in outs), bias is not None,
                   name=name)
