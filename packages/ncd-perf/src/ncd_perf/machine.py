@@ -45,13 +45,17 @@ class Link:
     latency: float
 
 
+def _levels(value: Any) -> tuple[Level, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class Machine:
     """A machine: memory levels (slowest first), compute rates ``{kind: {dtype: flop/s}}`` for
     kinds ``matrix``, ``vector``, ``special``, kernel launch latency (s), devices."""
 
     name: str
-    levels: tuple[Level, ...] = attrs.field(converter=tuple)
+    levels: tuple[Level, ...] = attrs.field(converter=_levels)
     compute: Mapping[str, Mapping[str, float]] = attrs.field(factory=dict)
     launch_latency: float = 0.0
     devices: int = 1

@@ -132,7 +132,7 @@ def _graph(model: Any, bind: Mapping[str, int] | None) -> Graph:
         model = model.bind(**bind) if bind else model
         return model.graph
     if isinstance(model, Graph):
-        return model.bind(dict(bind)) if bind else model
+        return model.bind(**bind) if bind else model
     raise TypeError(f"expected an ncd model or graph, got {type(model).__name__}")
 
 
