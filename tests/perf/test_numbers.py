@@ -128,3 +128,14 @@ def test_a_code_generators_concrete_tiles_are_priced_as_given() -> None:
     huge = ncd.fuse(att, tiles={"q": 1000})
     (k2,) = ncd_perf.cost(att, "h100", plan=huge).kernels
     assert not k2.levels[-1].fits  # a 1000-row tile does not fit 256 KB of registers
+
+
+def test_tiled_kernels_carry_the_chosen_tiles_for_a_code_generator() -> None:
+    block = nn.transformer_block().bind(seq=1000, d_model=256, heads=4, d_head=64, d_ff=1024)
+    for k in ncd_perf.cost(block, "h100").kernels + ncd_perf.cost(block, "this", fuse=False).kernels:
+        kernel = k.tiled()
+        assert all(isinstance(p.tile, int) or p.kind == "stream" for p in kernel.partitions)
+        assert kernel.streamed == ((k.formulas.stream,) if k.formulas.stream else ())
+    flash = ncd_perf.cost(block, "h100").kernels[2].tiled()
+    assert {p.axis.name for p in flash.partitions if p.kind == "group"} == {"seq", "heads"}
+    assert set(flash.accumulators().values()) >= {"online_softmax"}

@@ -60,6 +60,23 @@ class KernelCost:
         """Transfers at level 1 (the backing store to the first fast level), in elements."""
         return self.levels[0].transfers if self.levels else sp.Integer(0)
 
+    def tiled(self, level: int = -1) -> Kernel:
+        """The kernel with the tiles chosen for machine level ``level`` (a ``levels`` index;
+        default the innermost) as its level-0 partitions, ready for a code generator:
+        grouped axes (renamed copies included) with int tiles, the streamed axis."""
+        from ncd.kernel import Partition
+
+        f, chosen = self.formulas, self.levels[level].tiles
+        parts = []
+        for a in self.kernel.axes():
+            root = f.root(a)
+            if root in f.tiles:
+                t = chosen.get(f.tiles[root], f.tiles[root])
+                parts.append(Partition(a, "group", int(t) if t.is_Integer else str(t)))
+        if f.stream is not None:
+            parts.append(Partition(f.stream, "stream", None))
+        return attrs.evolve(self.kernel, partitions=parts)
+
     def schedule_text(self) -> str:
         f = self.formulas
         parts = [f"group {g.name} ({f.tiles[g]} = {self._tile(f.tiles[g])})" for g in f.groups]
