@@ -53,10 +53,26 @@ def plan_dict(gen: Generated) -> dict[str, Any]:
             "bytes": kernel_bytes(g, src),
             "source": f"{src.name}.cl",
         })
+    predicted = perf_bytes(gen)
+    for k in kernels:
+        if k["name"] in predicted:
+            k["bytes"]["ncd_perf"] = predicted[k["name"]]  # type: ignore[index]
     total = sum(k["bytes"]["total"] for k in kernels)  # type: ignore[index]
     return {"kernels": kernels, "total_bytes": total,
             "boundaries": [f"value {b.value} {g.values[b.value]}: {b.reason}"
                            for b in gen.plan.boundaries]}
+
+
+def perf_bytes(gen: Generated, machine: str = "cpu") -> dict[str, int]:
+    """Bytes per kernel at the first memory level as ncd-perf predicts them, when ncd-perf is
+    installed (an optional companion, never a dependency); ``{}`` otherwise."""
+    try:
+        import ncd_perf
+
+        priced = ncd_perf.cost(gen.graph, machine, plan=gen.plan)
+        return {k.kernel.name: int(float(k.levels[0].bytes)) for k in priced.kernels if k.levels}
+    except Exception:
+        return {}
 
 
 def emit(gen: Generated, out: str) -> list[str]:
@@ -82,7 +98,8 @@ def describe(plan: dict[str, Any]) -> str:
     lines = [f"{len(plan['kernels'])} OpenCL kernel(s), {plan['total_bytes'] / 1e6:.3f} MB moved"]
     for k in plan["kernels"]:
         b = k["bytes"]
-        lines.append(f"  {k['name']:<40} {k['style']:<9} {b['total'] / 1e6:10.3f} MB  "
+        perf = f" (ncd-perf {b['ncd_perf'] / 1e6:.3f})" if "ncd_perf" in b else ""
+        lines.append(f"  {k['name']:<40} {k['style']:<9} {b['total'] / 1e6:10.3f} MB{perf}  "
                      f"({', '.join(k['ops'])})")
     lines.extend(f"  boundary {b}" for b in plan["boundaries"])
     return "\n".join(lines) + "\n"
