@@ -150,3 +150,17 @@ def test_causal_attention_with_unequal_lengths_is_not_fused():
     q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(5, 4), (9, 4), (9, 3)])
     got = module(*(torch.from_numpy(a) for a in (q, k, v))).detach().numpy()
     np.testing.assert_allclose(got, ncd.run(model, q, k, v), rtol=1e-5, atol=1e-6)
+
+
+def test_a_block_nothing_reads_keeps_its_parameters():
+    s = ncd.Axis("s", size=3)
+
+    @ncd.trace(inputs=[[s, ncd.Axis("d", size=4)]])
+    def model(x):
+        ops.linear("d -> e", e=2, name="unused").named("dead", "dead")(x)
+        return ops.relu()(x)
+
+    module = to_module(model)
+    assert sorted(module.state_dict()) == sorted(ncd.init(model))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(module(x), torch.relu(x))

@@ -197,8 +197,11 @@ class _Builder:
             pos = end
         results = [em.env[v] for v in outs]
         em.fx.output(results[0] if len(results) == 1 else tuple(results))
-        em.fx.lint()
-        return fx.GraphModule(holder, em.fx, class_name=_class_name(g.scopes[scope].name))
+        module = fx.GraphModule(holder, em.fx, class_name=_class_name(g.scopes[scope].name))
+        for name, child in holder.named_children():  # blocks the code never calls
+            if not hasattr(module, name):
+                module.add_module(name, child)
+        return module
 
     def _fused(self, scope: int, run: list[int], ins: list[int], outs: list[int]) -> Any:
         """The block as one fused call when a definition rule matches it (else None)."""
@@ -226,11 +229,11 @@ class _Builder:
                     ins.append(v)
         used_after = {v for i, n in enumerate(g.nodes) if i not in inside for v in n.inputs}
         outs = [v for i in run for v in g.nodes[i].outputs if v in used_after or v in g.outputs]
-        if not outs:
-            return  # a definition whose results nothing reads
         module = self._fused(child, run, ins, outs) or self.build(child, run, ins, outs)
         rel = self.plan[child][len(em.path) + 1:] if em.path else self.plan[child]
         _put(em.holder, rel, module)
+        if not outs:
+            return  # nothing reads the block: it keeps its parameters but is never called
         call = em.fx.call_module(rel, tuple(em.env[v] for v in ins))
         if len(outs) == 1:
             em.bind(outs[0], call)
