@@ -74,7 +74,7 @@ def workloads(quick: bool) -> list[tuple[str, Any, Callable[[Any], list[np.ndarr
 
 
 def bench(name: str, model: Any, make: Callable[[Any], list[np.ndarray]], reps: int,
-          peers: bool) -> dict[str, Any]:
+          peers: bool, unfused: bool = False) -> dict[str, Any]:
     xs = make(model)
     params = ncd.init(model, seed=0)
     row: dict[str, Any] = {"workload": name}
@@ -88,6 +88,10 @@ def bench(name: str, model: Any, make: Callable[[Any], list[np.ndarray]], reps: 
     want = ncd.run(model, *xs, params=params)
     row["max err"] = float(np.max(np.abs(np.asarray(got) - np.asarray(want))))
     row["numpy"] = _median(lambda: ncd.run(model, *xs, params=params), max(1, reps // 2))
+    if unfused:  # the same model with one kernel per op (every intermediate in memory)
+        plain = ncd.compile(model, "opencl", fuse=False)
+        plain(*xs, params=params)
+        row["ncd unfused"] = _median(lambda: plain(*xs, params=params), reps)
     if peers:
         import torch
 
@@ -108,7 +112,7 @@ def bench(name: str, model: Any, make: Callable[[Any], list[np.ndarray]], reps: 
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    cols = ["workload", "kernels", "ncd", "ncd first", "numpy", "torch eager", "torch.compile",
+    cols = ["workload", "kernels", "ncd", "ncd first", "ncd unfused", "numpy", "torch eager", "torch.compile",
             "torch.compile first", "ncd/tc", "10 fwd+compile ncd/tc", "max err"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
@@ -121,7 +125,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             return "-" if v is None else (f"{v * 1e3:.1f} ms" if v < 10 else f"{v:.1f} s")
 
         lines.append("| " + " | ".join([r["workload"], str(r["kernels"]), ms("ncd"), ms("ncd first"),
-                                          ms("numpy"), ms("torch eager"), ms("torch.compile"),
+                                          ms("ncd unfused"), ms("numpy"), ms("torch eager"), ms("torch.compile"),
                                           ms("torch.compile first"), ratio, e2e,
                                           f"{r['max err']:.1e}"]) + " |")
     return "\n".join(lines)
@@ -133,6 +137,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", default="", help="substring of workload names to run")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--unfused", action="store_true", help="also time one kernel per op")
     ap.add_argument("--warm", action="store_true", help="keep the on-disk program cache")
     args = ap.parse_args()
     if not args.warm:
@@ -141,7 +146,7 @@ def main() -> None:
     for name, model, make in workloads(args.quick):
         if args.only and args.only not in name:
             continue
-        rows.append(bench(name, model, make, args.reps, not args.no_peers))
+        rows.append(bench(name, model, make, args.reps, not args.no_peers, args.unfused))
         print(f"  done: {name}", flush=True)
     print(table(rows))
 
