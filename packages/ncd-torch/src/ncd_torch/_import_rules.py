@@ -80,6 +80,8 @@ def _dropout(c: Capture, node: Any) -> None:
 def _arith(c: Capture, node: Any) -> None:
     fn = ARITH[c.aten(node)]
     a, b = node.args[0], node.args[1]
+    if node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("rounding_mode") is not None:
+        raise c.unsupported(node, "alpha or rounding_mode")
     reverse = c.aten(node) == "aten.rsub"
     if c.is_tensor(a) and c.is_tensor(b):
         x, y = c.plain(a), c.plain(b)
