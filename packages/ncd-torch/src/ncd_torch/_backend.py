@@ -110,6 +110,9 @@ def demo_step(ctx: dict[str, Any]) -> None:
     diff = float(np.abs(logits - ctx["logits"]).max())
     print(f"exported {type(module).__name__} (torch.fx.GraphModule, {n_sub} modules, "
           f"{len(module.state_dict())} parameters); forward in {dt * 1e3:.1f} ms")
+    blocks = [f"{name} ({type(m).__name__})" for name, m in module.named_modules()
+              if name and isinstance(m, torch.fx.GraphModule) and name.count(".") <= 1]
+    print(f"blocks as submodules: {', '.join(blocks)}")
     print(f"max |torch - reference| = {diff:.2e} (tolerance {DEMO_TOLERANCE:g})")
     ctx["torch_module"] = module
     if not diff <= DEMO_TOLERANCE:
