@@ -105,7 +105,13 @@ def from_torch(module: Any, example_inputs: Sequence[Any]) -> Imported:
             results.append(t)
         return tuple(results) if len(results) > 1 else results[0]
 
-    model = trace(inputs=types, name=_snake(root), label=_snake(root))(body)
+    try:
+        model = trace(inputs=types, name=_snake(root), label=_snake(root))(body)
+    except (ValueError, TypeError) as e:  # an identity the rules inferred contradicts an op
+        raise TorchImportError(
+            f"from_torch: {root} was captured but could not be rebuilt as an ncd model: {e}. "
+            "Fix: simplify the part of forward that mixes these dims, or build it with ncd.ops."
+        ) from e
     params: dict[str, np.ndarray] = {}
     names: dict[str, str] = {}
     learned = [r for r in c.records if r.params]

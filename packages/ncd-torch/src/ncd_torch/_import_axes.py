@@ -23,6 +23,7 @@ class AxisTable:
         self.hints: list[list[tuple[float, int, str]]] = []
         self.meets: list[set[int]] = []  # groups of vars seen together in one op
         self._axes: dict[int, Axis] = {}
+        self._seq = 0
 
     def new(self, size: int, name: str = "", priority: float = 0.0) -> int:
         v = len(self.parent)
@@ -50,7 +51,7 @@ class AxisTable:
 
     def hint(self, v: int, name: str, priority: float) -> None:
         # Earlier hints win ties: a global sequence number breaks them.
-        self._seq = getattr(self, "_seq", 0) + 1
+        self._seq += 1
         self.hints[self.find(v)].append((priority, -self._seq, name))
 
     def name(self, v: int) -> str:
