@@ -18,7 +18,7 @@ def explain(graph: Graph) -> str:
     lines = [root.label or root.name]
     open_path: tuple[int, ...] = ()
     for node in graph.nodes:
-        path = _scope_ids(graph, node.scope)
+        path = graph.scope_ids(node.scope)
         common = 0
         while common < min(len(path), len(open_path)) and path[common] == open_path[common]:
             common += 1
@@ -35,11 +35,3 @@ def explain(graph: Graph) -> str:
         lines.append("  " * (len(path) + 1) + f"{node.op.label}: [{ins} -> {outs}] over ({loop}){learned}")
     return "\n".join(lines)
 
-
-def _scope_ids(graph: Graph, scope: int) -> tuple[int, ...]:
-    chain = []
-    s: int | None = scope
-    while s is not None and s != 0:
-        chain.append(s)
-        s = graph.scopes[s].parent
-    return tuple(reversed(chain))

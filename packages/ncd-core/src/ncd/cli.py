@@ -11,7 +11,7 @@ from typing import Any
 
 from ncd.errors import NcdError
 
-__all__ = ["BUILTIN_MODELS", "load_model", "main"]
+__all__ = ["BUILTIN_MODELS", "add_model_arguments", "load_model", "main", "parse_sizes"]
 
 
 def _builtin_models() -> dict[str, Any]:
@@ -56,13 +56,19 @@ def load_model(spec: str, bind: Sequence[str] = ()) -> Any:
         raise NcdError(
             f"unknown model {spec!r}: use one of {', '.join(models)}, module:attribute or a .json file"
         )
+    sizes = parse_sizes(bind)
+    return model.bind(**sizes) if sizes else model
+
+
+def parse_sizes(items: Sequence[str]) -> dict[str, int]:
+    """``["seq=16", "heads=4"]`` -> ``{"seq": 16, "heads": 4}`` (command-line size lists)."""
     sizes = {}
-    for item in bind:
+    for item in items:
         label, eq, value = item.partition("=")
         if not eq or not value.isdigit():
-            raise NcdError(f"--bind expects label=int, got {item!r}")
+            raise NcdError(f"expected LABEL=INT, got {item!r}")
         sizes[label] = int(value)
-    return model.bind(**sizes) if sizes else model
+    return sizes
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:

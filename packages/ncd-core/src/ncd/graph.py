@@ -107,14 +107,22 @@ class Graph:
         """Every learned parameter by full name, in node order."""
         return {name: p for n in self.nodes for name, p in n.params()}
 
-    def scope_path(self, scope: int) -> tuple[Scope, ...]:
-        """Scopes from the root's child down to ``scope``."""
+    def scope_ids(self, scope: int) -> tuple[int, ...]:
+        """Scope ids from the root's child down to ``scope`` (empty for the root)."""
         chain = []
         s: int | None = scope
         while s is not None and s != 0:
-            chain.append(self.scopes[s])
+            chain.append(s)
             s = self.scopes[s].parent
         return tuple(reversed(chain))
+
+    def scope_path(self, scope: int) -> tuple[Scope, ...]:
+        """Scopes from the root's child down to ``scope``."""
+        return tuple(self.scopes[s] for s in self.scope_ids(scope))
+
+    def scope_prefix(self, scope: int) -> str:
+        """The parameter prefix of a scope: its non-empty labels joined with dots."""
+        return ".".join(s.label for s in self.scope_path(scope) if s.label)
 
     # -- sizes ---------------------------------------------------------------------------------
     def _solver(self) -> SizeSolver:

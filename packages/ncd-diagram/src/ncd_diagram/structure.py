@@ -99,7 +99,7 @@ class Repeat(Item):
 
 def build(graph: Graph, depth: int | None = None, repeat: bool = True) -> Block:
     """The item tree of ``graph``: the root block (always open) holding everything."""
-    chains = [_chain(graph, n.scope) for n in graph.nodes]
+    chains = [graph.scope_ids(n.scope) for n in graph.nodes]
     root = graph.scopes[0]
     top = Block(
         "s0",
@@ -113,15 +113,6 @@ def build(graph: Graph, depth: int | None = None, repeat: bool = True) -> Block:
     )
     _fill(graph, top, chains, depth, repeat)
     return top
-
-
-def _chain(graph: Graph, scope: int) -> tuple[int, ...]:
-    out = []
-    s: int | None = scope
-    while s is not None and s != 0:
-        out.append(s)
-        s = graph.scopes[s].parent
-    return tuple(reversed(out))
 
 
 def _fill(
@@ -229,7 +220,7 @@ def _signature(graph: Graph, block: Block) -> Hashable:
         node: Node = graph.nodes[i]
         chain = tuple(
             (graph.scopes[s].name, graph.scopes[s].label)
-            for s in _chain(graph, node.scope)[block.depth :]
+            for s in graph.scope_ids(node.scope)[block.depth :]
         )
         items.append(
             (

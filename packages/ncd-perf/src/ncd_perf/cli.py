@@ -25,27 +25,15 @@ def configure_perf(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-formulas", action="store_true", help="skip the symbolic formulas")
 
 
-def _pairs(items: list[str]) -> dict[str, int]:
-    from ncd.errors import NcdError
-
-    out = {}
-    for item in items:
-        k, eq, v = item.partition("=")
-        if not eq or not v.isdigit():
-            raise NcdError(f"expected LABEL=INT, got {item!r}")
-        out[k] = int(v)
-    return out
-
-
 def run_perf(args: argparse.Namespace) -> int:
-    from ncd.cli import load_model
+    from ncd.cli import load_model, parse_sizes
     from ncd_perf.model import cost
     from ncd_perf.report import formulas, roofline, table
 
     model = load_model(args.model, args.bind)
     t0 = time.perf_counter()
     result = cost(model, args.machine, fuse=not args.unfused, dtype=args.dtype,
-                  parallel=_pairs(args.parallel))
+                  parallel=parse_sizes(args.parallel))
     print(result.machine.describe())
     print()
     print(result.plan)

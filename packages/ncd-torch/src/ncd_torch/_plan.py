@@ -20,18 +20,12 @@ _RESERVED = {"forward", "training", "graph", "code", "T_destination", "dump_patc
 
 def scope_chain(graph: Graph, scope: int) -> list[int]:
     """Scope ids from ``scope`` up to (not including) the root."""
-    chain = []
-    s: int | None = scope
-    while s is not None and s != 0:
-        chain.append(s)
-        s = graph.scopes[s].parent
-    return chain
+    return list(reversed(graph.scope_ids(scope)))
 
 
 def scope_path(graph: Graph, scope: int) -> str:
     """The parameter prefix of a scope: its non-empty labels joined with dots."""
-    labels = [graph.scopes[s].label for s in reversed(scope_chain(graph, scope))]
-    return ".".join(lb for lb in labels if lb)
+    return graph.scope_prefix(scope)
 
 
 def _valid(path: str) -> bool:
