@@ -158,3 +158,23 @@ def test_chunked_stream_handles_tails(n: int) -> None:
     rng = np.random.default_rng(n)
     xs = [rng.standard_normal(s).astype(np.float32) for s in ((3, 8), (n, 8), (n, 5))]
     _check(att, *xs)
+
+
+@pytest.mark.parametrize("build", [
+    lambda r, c: ops.softmax(c).over(r),
+    lambda r, c: (ops.softmax(c) >> ops.mul(2.0) >> ops.gelu()).over(r),
+    lambda r, c: ops.layernorm(c).over(r),
+    lambda r, c: (ops.rmsnorm(c) >> ops.silu()).over(r),
+    lambda r, c: ops.l2norm(c).over(r),
+    lambda r, c: ops.max(c).over(r),
+    lambda r, c: ops.mean(c).over(r),
+])
+@pytest.mark.parametrize("rows", [1, 7, 13])
+def test_vector_rows(build, rows: int) -> None:
+    r, c = ncd.Axis("r", size=rows), ncd.Axis("c", size=24)
+    model = build(r, c)
+    gen = generate(model.graph)
+    assert gen.kernels[0].style == "vector" and "float8" in gen.source
+    x = np.random.default_rng(rows).standard_normal((rows, 24)).astype(np.float32)
+    params = ncd.init(model, seed=2)
+    _check(model, x, params=params or None)

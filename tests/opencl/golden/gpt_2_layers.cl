@@ -29,20 +29,22 @@ __kernel void k1_layernorm(
     const int gid = (int)get_global_id(0);
     if (gid >= 13) return;
     const int i_seq = gid;
-    float sum = 0.0f;
-    for (int i_d_model_2 = 0; i_d_model_2 < 16; ++i_d_model_2) {
-        sum += in3[i_seq * 16 + i_d_model_2];
+    float8 sumv = (float8)(0.0f);
+    for (int i_d_model_2 = 0; i_d_model_2 < 16; i_d_model_2 += 8) {
+        sumv += (*(__global const float8*)(in3 + i_seq * 16 + i_d_model_2));
     }
+    float sum = sumv.s0 + sumv.s1 + sumv.s2 + sumv.s3 + sumv.s4 + sumv.s5 + sumv.s6 + sumv.s7;
     float mu = sum * 0.0625f;
-    float sq = 0.0f;
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; ++i_d_model_3) {
-        float d = in3[i_seq * 16 + i_d_model_3] - mu;
-        sq += d * d;
+    float8 sqv = (float8)(0.0f);
+    for (int i_d_model_3 = 0; i_d_model_3 < 16; i_d_model_3 += 8) {
+        float8 d = (*(__global const float8*)(in3 + i_seq * 16 + i_d_model_3)) - mu;
+        sqv += d * d;
     }
+    float sq = sqv.s0 + sqv.s1 + sqv.s2 + sqv.s3 + sqv.s4 + sqv.s5 + sqv.s6 + sqv.s7;
     float rstd = rsqrt(sq * 0.0625f + 1e-05f);
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        float v4 = (((in3[i_seq * 16 + i_d_model] - mu) * rstd) * w_blocks_0_ln_1_weight[i_d_model] + w_blocks_0_ln_1_bias[i_d_model]);
-        out4[i_seq * 16 + i_d_model] = v4;
+    for (int i_d_model = 0; i_d_model < 16; i_d_model += 8) {
+        float8 v4 = ((((*(__global const float8*)(in3 + i_seq * 16 + i_d_model)) - mu) * rstd) * (*(__global const float8*)(w_blocks_0_ln_1_weight + i_d_model)) + (*(__global const float8*)(w_blocks_0_ln_1_bias + i_d_model)));
+        *(__global float8*)(out4 + i_seq * 16 + i_d_model) = v4;
     }
 }
 
@@ -458,20 +460,22 @@ __kernel void k5_layernorm(
     const int gid = (int)get_global_id(0);
     if (gid >= 13) return;
     const int i_seq = gid;
-    float sum = 0.0f;
-    for (int i_d_model_2 = 0; i_d_model_2 < 16; ++i_d_model_2) {
-        sum += in16[i_seq * 16 + i_d_model_2];
+    float8 sumv = (float8)(0.0f);
+    for (int i_d_model_2 = 0; i_d_model_2 < 16; i_d_model_2 += 8) {
+        sumv += (*(__global const float8*)(in16 + i_seq * 16 + i_d_model_2));
     }
+    float sum = sumv.s0 + sumv.s1 + sumv.s2 + sumv.s3 + sumv.s4 + sumv.s5 + sumv.s6 + sumv.s7;
     float mu = sum * 0.0625f;
-    float sq = 0.0f;
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; ++i_d_model_3) {
-        float d = in16[i_seq * 16 + i_d_model_3] - mu;
-        sq += d * d;
+    float8 sqv = (float8)(0.0f);
+    for (int i_d_model_3 = 0; i_d_model_3 < 16; i_d_model_3 += 8) {
+        float8 d = (*(__global const float8*)(in16 + i_seq * 16 + i_d_model_3)) - mu;
+        sqv += d * d;
     }
+    float sq = sqv.s0 + sqv.s1 + sqv.s2 + sqv.s3 + sqv.s4 + sqv.s5 + sqv.s6 + sqv.s7;
     float rstd = rsqrt(sq * 0.0625f + 1e-05f);
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        float v17 = (((in16[i_seq * 16 + i_d_model] - mu) * rstd) * w_blocks_0_ln_2_weight[i_d_model] + w_blocks_0_ln_2_bias[i_d_model]);
-        out17[i_seq * 16 + i_d_model] = v17;
+    for (int i_d_model = 0; i_d_model < 16; i_d_model += 8) {
+        float8 v17 = ((((*(__global const float8*)(in16 + i_seq * 16 + i_d_model)) - mu) * rstd) * (*(__global const float8*)(w_blocks_0_ln_2_weight + i_d_model)) + (*(__global const float8*)(w_blocks_0_ln_2_bias + i_d_model)));
+        *(__global float8*)(out17 + i_seq * 16 + i_d_model) = v17;
     }
 }
 
@@ -666,20 +670,22 @@ __kernel void k7_layernorm(
     const int gid = (int)get_global_id(0);
     if (gid >= 13) return;
     const int i_seq = gid;
-    float sum = 0.0f;
-    for (int i_d_model_2 = 0; i_d_model_2 < 16; ++i_d_model_2) {
-        sum += in21[i_seq * 16 + i_d_model_2];
+    float8 sumv = (float8)(0.0f);
+    for (int i_d_model_2 = 0; i_d_model_2 < 16; i_d_model_2 += 8) {
+        sumv += (*(__global const float8*)(in21 + i_seq * 16 + i_d_model_2));
     }
+    float sum = sumv.s0 + sumv.s1 + sumv.s2 + sumv.s3 + sumv.s4 + sumv.s5 + sumv.s6 + sumv.s7;
     float mu = sum * 0.0625f;
-    float sq = 0.0f;
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; ++i_d_model_3) {
-        float d = in21[i_seq * 16 + i_d_model_3] - mu;
-        sq += d * d;
+    float8 sqv = (float8)(0.0f);
+    for (int i_d_model_3 = 0; i_d_model_3 < 16; i_d_model_3 += 8) {
+        float8 d = (*(__global const float8*)(in21 + i_seq * 16 + i_d_model_3)) - mu;
+        sqv += d * d;
     }
+    float sq = sqv.s0 + sqv.s1 + sqv.s2 + sqv.s3 + sqv.s4 + sqv.s5 + sqv.s6 + sqv.s7;
     float rstd = rsqrt(sq * 0.0625f + 1e-05f);
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        float v22 = (((in21[i_seq * 16 + i_d_model] - mu) * rstd) * w_blocks_1_ln_1_weight[i_d_model] + w_blocks_1_ln_1_bias[i_d_model]);
-        out22[i_seq * 16 + i_d_model] = v22;
+    for (int i_d_model = 0; i_d_model < 16; i_d_model += 8) {
+        float8 v22 = ((((*(__global const float8*)(in21 + i_seq * 16 + i_d_model)) - mu) * rstd) * (*(__global const float8*)(w_blocks_1_ln_1_weight + i_d_model)) + (*(__global const float8*)(w_blocks_1_ln_1_bias + i_d_model)));
+        *(__global float8*)(out22 + i_seq * 16 + i_d_model) = v22;
     }
 }
 
@@ -1095,20 +1101,22 @@ __kernel void k11_layernorm(
     const int gid = (int)get_global_id(0);
     if (gid >= 13) return;
     const int i_seq = gid;
-    float sum = 0.0f;
-    for (int i_d_model_2 = 0; i_d_model_2 < 16; ++i_d_model_2) {
-        sum += in34[i_seq * 16 + i_d_model_2];
+    float8 sumv = (float8)(0.0f);
+    for (int i_d_model_2 = 0; i_d_model_2 < 16; i_d_model_2 += 8) {
+        sumv += (*(__global const float8*)(in34 + i_seq * 16 + i_d_model_2));
     }
+    float sum = sumv.s0 + sumv.s1 + sumv.s2 + sumv.s3 + sumv.s4 + sumv.s5 + sumv.s6 + sumv.s7;
     float mu = sum * 0.0625f;
-    float sq = 0.0f;
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; ++i_d_model_3) {
-        float d = in34[i_seq * 16 + i_d_model_3] - mu;
-        sq += d * d;
+    float8 sqv = (float8)(0.0f);
+    for (int i_d_model_3 = 0; i_d_model_3 < 16; i_d_model_3 += 8) {
+        float8 d = (*(__global const float8*)(in34 + i_seq * 16 + i_d_model_3)) - mu;
+        sqv += d * d;
     }
+    float sq = sqv.s0 + sqv.s1 + sqv.s2 + sqv.s3 + sqv.s4 + sqv.s5 + sqv.s6 + sqv.s7;
     float rstd = rsqrt(sq * 0.0625f + 1e-05f);
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        float v35 = (((in34[i_seq * 16 + i_d_model] - mu) * rstd) * w_blocks_1_ln_2_weight[i_d_model] + w_blocks_1_ln_2_bias[i_d_model]);
-        out35[i_seq * 16 + i_d_model] = v35;
+    for (int i_d_model = 0; i_d_model < 16; i_d_model += 8) {
+        float8 v35 = ((((*(__global const float8*)(in34 + i_seq * 16 + i_d_model)) - mu) * rstd) * (*(__global const float8*)(w_blocks_1_ln_2_weight + i_d_model)) + (*(__global const float8*)(w_blocks_1_ln_2_bias + i_d_model)));
+        *(__global float8*)(out35 + i_seq * 16 + i_d_model) = v35;
     }
 }
 

@@ -18,4 +18,5 @@ OPENCL = Dialect(
     preamble=PREAMBLE,
     math=dict(C_MATH),
     reqd_local="__attribute__((reqd_work_group_size({x}, {y}, {z})))",
+    vector_width=8,
 )

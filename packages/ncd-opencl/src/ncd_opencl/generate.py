@@ -13,6 +13,7 @@ import attrs
 
 from ncd.codegen import CODEGEN_RULES, KernelSource, render_kernel
 from ncd.codegen.stream import streamed_template
+from ncd.codegen.vector import vector_template
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan
 from ncd_opencl.dialect import OPENCL, PREAMBLE
@@ -53,6 +54,7 @@ def templates(tiled: bool = True) -> list[Any]:
     out: list[Any] = [streamed_template]
     if tiled:
         out.append(tiled_template)
+    out.append(vector_template)
     return out
 
 

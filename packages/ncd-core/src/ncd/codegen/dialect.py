@@ -47,6 +47,8 @@ class Dialect:
     math: Mapping[str, str] = attrs.field(factory=lambda: dict(C_MATH), converter=_frozen_map)
     #: Attribute written before a kernel to fix its work-group shape, ``{x} {y} {z}``; "" for none.
     reqd_local: str = ""
+    #: Lanes of the float vector type used for row kernels (``float8``); 0: no vector types.
+    vector_width: int = 0
 
     def fn(self, name: str) -> str:
         """The builtin spelling of the portable math function ``name``."""

@@ -67,6 +67,9 @@ class KernelGen:
         # value id -> index -> expression, supplied by a template (a finished accumulator)
         self.bound: dict[int, Any] = {}
         self.alias = kernel.aliases if kernel.partitions else {}
+        # vector mode (``ncd.codegen.vector``): loops over ``vec`` step by the vector width
+        self.vec: Axis | None = None
+        self.vec_vars: set[str] = set()
 
     # -- names and buffers -----------------------------------------------------------------------
     def unique(self, hint: str, prefix: str = "v") -> str:
@@ -109,13 +112,64 @@ class KernelGen:
         return self.buffers[key]
 
     def param(self, node: Node, pname: str, index: Mapping[Axis, str]) -> str:
-        b = self.param_buffer(node, pname)
-        return f"{b.name}[{b.address(index)}]"
+        return self.read(self.param_buffer(node, pname), index)
+
+    @property
+    def vtype(self) -> str:
+        return f"float{self.dialect.vector_width}"
+
+    def in_vector(self, text: str | None = None) -> bool:
+        """Inside a vector loop (or: ``text`` uses a vector loop's index)."""
+        if not self.vec_vars:
+            return False
+        if text is None:
+            return any(b.var in self.vec_vars for b in self.w.stack)
+        return any(re.search(rf"\b{v}\b", text) for v in self.vec_vars)
+
+    def read(self, b: Buffer, index: Mapping[Axis, str]) -> str:
+        addr = b.address(index)
+        if self.in_vector(addr):  # unit stride along the vector axis (checked by the template)
+            return f"(*({self.dialect.global_} const {self.vtype}*)({b.name} + {addr}))"
+        if self.in_vector() and b.ctype == "float":
+            return f"(({self.vtype})({b.name}[{addr}]))"
+        return f"{b.name}[{addr}]"
+
+    def accumulate(self, axes: tuple[Axis, ...], index: Mapping[Axis, str], kind: str,
+                   term: Any, hint: str = "acc") -> str:
+        """``kind`` (sum | max | min) of ``term(index)`` over ``axes``; a scalar variable."""
+        init = {"sum": "0.0f", "max": f"-{self.dialect.inf}", "min": self.dialect.inf}[kind]
+        step = {"sum": "{a} += {t};", "max": "{a} = " + self.fn("fmax") + "({a}, {t});",
+                "min": "{a} = " + self.fn("fmin") + "({a}, {t});"}[kind]
+        if self.vec is not None and tuple(axes) == (self.vec,):
+            acc = self.var(f"({self.vtype})({init})", f"{hint}v", self.vtype)
+            with self.loop(self.vec) as i:
+                self.w.line(step.format(a=acc, t=term({**index, self.vec: i})))
+            lanes = [f"{acc}.s{k:x}" for k in range(self.dialect.vector_width)]
+            if kind == "sum":
+                total = " + ".join(lanes)
+            else:
+                total = lanes[0]
+                for lane in lanes[1:]:
+                    total = f"{self.fn('f' + kind)}({total}, {lane})"
+            return self.let(total, hint, "float")
+        acc = self.var(init, hint)
+
+        def go(env: dict[Axis, str], rest: tuple[Axis, ...]) -> None:
+            if not rest:
+                self.w.line(step.format(a=acc, t=term(env)))
+                return
+            with self.loop(rest[0]) as i:
+                go({**env, rest[0]: i}, rest[1:])
+
+        go(dict(index), tuple(axes))
+        return acc
 
     # -- emitting ----------------------------------------------------------------------------------
     def let(self, expr: str, hint: str = "t", ctype: str = "float") -> str:
         if expr.isidentifier():
             return expr
+        if ctype == "float" and self.in_vector():
+            ctype = self.vtype
         name = self.unique(hint, "t")
         self.w.line(f"{ctype} {name} = {expr};")
         return name
@@ -128,6 +182,10 @@ class KernelGen:
     def loop(self, axis: Axis, hint: str | None = None) -> Any:
         """``with gen.loop(a) as (block, i):`` -- a for loop over all indices of ``axis``."""
         i = self.unique(f"i_{hint or axis.name}", "i")
+        if axis == self.vec:
+            self.vec_vars.add(i)
+            step = self.dialect.vector_width
+            return _Loop(self, f"for (int {i} = 0; {i} < {self.size(axis)}; {i} += {step})", i)
         return _Loop(self, f"for (int {i} = 0; {i} < {self.size(axis)}; ++{i})", i)
 
     def lit(self, x: float) -> str:
@@ -150,8 +208,7 @@ class KernelGen:
         if v in self.bound:
             return self.bound[v](env)  # type: ignore[no-any-return]
         if v not in self.made_here:
-            b = self.value_buffer(v)
-            return f"{b.name}[{b.address(env)}]"
+            return self.read(self.value_buffer(v), env)
         key = ("value", v, tuple(env[a] for a in axes))
         hit = self.w.lookup(key)
         if hit is not None:
@@ -237,14 +294,14 @@ class KernelGen:
                 env[a] = env[self.root(a)]
         return env, total
 
-    def render(self) -> KernelSource:
+    def render(self, style: str = "pointwise") -> KernelSource:
         if not self.kernel.outputs:
             raise ScheduleError(f"kernel {self.kernel.name} writes nothing")
         par = self.grid()
         env, total = self.open_grid(par)
         for v in self.kernel.outputs:
             self.write(v, env, par)
-        return self.launch(total, "pointwise")
+        return self.launch(total, style)
 
     def launch(self, total: int, style: str, local: int = 64) -> KernelSource:
         lsize = local if total >= local else None
@@ -260,7 +317,10 @@ class KernelGen:
 
         def body(index: dict[Axis, str], rest: list[Axis]) -> None:
             if not rest:
-                self.w.line(f"{out.name}[{out.address(index)}] = {self.load(v, index)};")
+                addr = out.address(index)
+                dst = (f"*({self.dialect.global_} {self.vtype}*)({out.name} + {addr})"
+                       if self.in_vector(addr) else f"{out.name}[{addr}]")
+                self.w.line(f"{dst} = {self.load(v, index)};")
                 return
             with self.loop(rest[0]) as i:
                 body({**index, rest[0]: i}, rest[1:])

@@ -118,22 +118,11 @@ def _reduce_loops(gen: KernelGen, axes: tuple[Axis, ...], index: Mapping[Axis, s
     go(dict(index), axes)
 
 
-_INIT = {"sum": "0.0f", "mean": "0.0f", "max": "-{inf}", "min": "{inf}"}
-_STEP = {"sum": "{a} += {x};", "mean": "{a} += {x};", "max": "{a} = {fmax}({a}, {x});",
-         "min": "{a} = {fmin}({a}, {x});"}
-
-
 @codegen_rule(L.Reduce)
 def _reduce(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.Reduce = node.op  # type: ignore[assignment]
-    acc = gen.var(_INIT[op.fn].format(inf=gen.dialect.inf), "red")
-    step = _STEP[op.fn]
-
-    def body(env: dict[Axis, str]) -> None:
-        x = _ins(gen, node, env)
-        gen.w.line(step.format(a=acc, x=x, fmax=gen.fn("fmax"), fmin=gen.fn("fmin")))
-
-    _reduce_loops(gen, op.axes_, index, body)
+    kind = "sum" if op.fn == "mean" else op.fn
+    acc = gen.accumulate(op.axes_, index, kind, lambda env: _ins(gen, node, env), "red")
     if op.fn == "mean":
         n = math.prod(gen.size(a) for a in op.axes_)
         return f"({acc} * {gen.lit(1.0 / n)})"
@@ -181,12 +170,9 @@ def _softmax(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     core = (op.axis,)
 
     def stats() -> tuple[str, str]:
-        m = gen.var(f"-{gen.dialect.inf}", "mx")
-        _reduce_loops(gen, core, index, lambda env: gen.w.line(
-            f"{m} = {gen.fn('fmax')}({m}, {_ins(gen, node, env)});"))
-        s = gen.var("0.0f", "den")
-        _reduce_loops(gen, core, index, lambda env: gen.w.line(
-            f"{s} += {gen.fn('exp')}({_ins(gen, node, env)} - {m});"))
+        m = gen.accumulate(core, index, "max", lambda env: _ins(gen, node, env), "mx")
+        s = gen.accumulate(core, index, "sum",
+                           lambda env: f"{gen.fn('exp')}({_ins(gen, node, env)} - {m})", "den")
         return m, gen.let(f"1.0f / {s}", "inv")
 
     m, inv = gen.shared(("softmax", *_row_key(node, index, core)), _outer(index, core), stats)
@@ -199,9 +185,8 @@ def _l2norm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     core = (op.axis,)
 
     def stats() -> str:
-        s = gen.var("0.0f", "ss")
-        _reduce_loops(gen, core, index, lambda env: gen.w.line(
-            f"{s} += {_ins(gen, node, env)} * {_ins(gen, node, env)};"))
+        s = gen.accumulate(core, index, "sum",
+                           lambda env: f"{_ins(gen, node, env)} * {_ins(gen, node, env)}", "ss")
         return gen.let(f"{gen.fn('rsqrt')}({s} + {gen.lit(op.eps)})", "rn")
 
     r = gen.shared(("l2", *_row_key(node, index, core)), _outer(index, core), stats)
@@ -213,17 +198,15 @@ def _moments(gen: KernelGen, node: Node, index: Mapping[Axis, str], core: tuple[
     n = math.prod(gen.size(a) for a in core)
     mu = "0.0f"
     if centred:
-        s = gen.var("0.0f", "sum")
-        _reduce_loops(gen, core, index, lambda env: gen.w.line(f"{s} += {_ins(gen, node, env)};"))
+        s = gen.accumulate(core, index, "sum", lambda env: _ins(gen, node, env), "sum")
         mu = gen.let(f"{s} * {gen.lit(1.0 / n)}", "mu")
-    q = gen.var("0.0f", "sq")
 
-    def sq(env: dict[Axis, str]) -> None:
+    def sq(env: dict[Axis, str]) -> str:
         x = _ins(gen, node, env)
         d = gen.let(f"{x} - {mu}", "d") if centred else x
-        gen.w.line(f"{q} += {d} * {d};")
+        return f"{d} * {d}"
 
-    _reduce_loops(gen, core, index, sq)
+    q = gen.accumulate(core, index, "sum", sq, "sq")
     return mu, gen.let(f"{gen.fn('rsqrt')}({q} * {gen.lit(1.0 / n)} + {gen.lit(eps)})", "rstd")
 
 

@@ -1,0 +1,63 @@
+"""Row kernels with explicit vector types: normalisers and reductions over one contiguous axis.
+
+A kernel whose only reduced or normalised axis ``a`` is the unit-stride axis of every array it
+touches is rendered by the pointwise driver in *vector mode*: loops over ``a`` step by the
+dialect's vector width, reads and writes along ``a`` are vector loads and stores, accumulators
+are vectors reduced across lanes once per row. On PoCL's CPU device this is what vectorises the
+exponentials of a softmax (``exp(float8)`` runs the vectorised library routine; the scalar loop
+does not vectorise): measured 6-8x faster on 4096x4096 (docs/opencl.md).
+"""
+
+from __future__ import annotations
+
+from ncd.axis import Axis
+from ncd.codegen.lower import KernelGen, KernelSource
+from ncd.ops import _library as L
+
+__all__ = ["VECTOR_OPS", "vector_template"]
+
+#: op classes whose rules produce valid code on vector operands.
+VECTOR_OPS: tuple[type, ...] = (L.Unary, L.Binary, L.Scalar, L.Scale, L.Dropout, L.Softmax,
+                                L.L2Norm, L.LayerNorm, L.RMSNorm, L.Reduce)
+
+
+def _reduced(gen: KernelGen) -> set[Axis]:
+    out: set[Axis] = set()
+    for i in gen.kernel.nodes:
+        op = gen.graph.nodes[i].op
+        if op.category in ("normaliser", "reduction"):
+            out.update(a for g in op.signature()[0] for a in g)
+    return out
+
+
+def vector_template(gen: KernelGen) -> KernelSource | None:
+    width = gen.dialect.vector_width
+    k = gen.kernel
+    if not width or k.streamed:
+        return None
+    axes = _reduced(gen)
+    if len(axes) != 1:
+        return None
+    (a,) = axes
+    if gen.size(a) % width:
+        return None
+    g = gen.graph
+    for i in k.nodes:
+        op = g.nodes[i].op
+        if not isinstance(op, VECTOR_OPS) or getattr(op, "fn", "") == "pow":
+            return None
+    # every array holding ``a`` must hold it last (unit stride, aligned rows)
+    for v in (*k.inputs, *k.outputs):
+        order = gen.layouts.get(v, g.values[v].axes)
+        if a in order and order[-1] != a:
+            return None
+        if g.values[v].dtype != "float32":
+            return None
+    for i in k.nodes:
+        for p in g.nodes[i].op.params():
+            if a in p.axes and p.axes[-1] != a:
+                return None
+    if a in gen.grid():
+        return None
+    gen.vec = a
+    return gen.render("vector")
