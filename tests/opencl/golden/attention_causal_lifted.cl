@@ -24,9 +24,9 @@ __kernel void k0_einsum_scale_causal_mask_softmax(
             for (int i_d = 0; i_d < 7; ++i_d) {
                 dot += in0[i_h * 91 + i_q * 7 + i_d] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d];
             }
-            float v4 = (dot * 0.37796447300922725f);
-            float v5 = ((min(i_x, 12)) <= (i_q) + 0 ? v4 : -INFINITY);
-            sc[i_x - x0] = i_x < lim ? v5 : -3.402823466e38f;
+            float scale = (dot * 0.37796447300922725f);
+            float causal_mask = ((min(i_x, 12)) <= (i_q) + 0 ? scale : -INFINITY);
+            sc[i_x - x0] = i_x < lim ? causal_mask : -3.402823466e38f;
         }
         float mb = m;
         for (int t = 0; t < 13; ++t) mb = fmax(mb, sc[t]);
@@ -43,8 +43,8 @@ __kernel void k0_einsum_scale_causal_mask_softmax(
             }
         }
     }
-    float scale = (1.0f / l);
+    float scale_2 = (1.0f / l);
     for (int i_v_2 = 0; i_v_2 < 5; ++i_v_2) {
-        out7[i_h * 65 + i_q * 5 + i_v_2] = (acc[i_v_2] * scale);
+        out7[i_h * 65 + i_q * 5 + i_v_2] = (acc[i_v_2] * scale_2);
     }
 }

@@ -10,8 +10,8 @@ __kernel void k0_causal_mask(
     if (gid >= 91) return;
     const int i_x = gid % 13;
     const int i_q = (gid / 13);
-    float v1 = ((i_x) <= (i_q) + 6 ? in0[i_q * 13 + i_x] : -INFINITY);
-    out1[i_q * 13 + i_x] = v1;
+    float causal_mask = ((i_x) <= (i_q) + 6 ? in0[i_q * 13 + i_x] : -INFINITY);
+    out1[i_q * 13 + i_x] = causal_mask;
 }
 
 // k1_softmax: [softmax] group(q/t_q@L0)
@@ -32,7 +32,7 @@ __kernel void k1_softmax(
     }
     float inv = 1.0f / den;
     for (int i_x = 0; i_x < 13; ++i_x) {
-        float v2 = (exp(in1[i_q * 13 + i_x] - mx) * inv);
-        out2[i_q * 13 + i_x] = v2;
+        float softmax = (exp(in1[i_q * 13 + i_x] - mx) * inv);
+        out2[i_q * 13 + i_x] = softmax;
     }
 }

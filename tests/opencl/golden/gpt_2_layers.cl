@@ -13,10 +13,10 @@ __kernel void k0_embedding_learned_binary(
     const int i_d_model = gid % 16;
     const int i_seq = (gid / 16);
     int tok = (int)in0[i_seq];
-    float v1 = w_wte_weight[tok * 16 + i_d_model];
-    float v2 = w_wpe_weight[i_seq * 16 + i_d_model];
-    float v3 = (v1 + v2);
-    out3[i_seq * 16 + i_d_model] = v3;
+    float embedding = w_wte_weight[tok * 16 + i_d_model];
+    float learned = w_wpe_weight[i_seq * 16 + i_d_model];
+    float binary = (embedding + learned);
+    out3[i_seq * 16 + i_d_model] = binary;
 }
 
 // k1_layernorm: [layernorm] group(seq/t_seq@L0)
@@ -43,8 +43,8 @@ __kernel void k1_layernorm(
     float sq = sqv.s0 + sqv.s1 + sqv.s2 + sqv.s3 + sqv.s4 + sqv.s5 + sqv.s6 + sqv.s7;
     float rstd = rsqrt(sq * 0.0625f + 1e-05f);
     for (int i_d_model = 0; i_d_model < 16; i_d_model += 8) {
-        float8 v4 = ((((*(__global const float8*)(in3 + i_seq * 16 + i_d_model)) - mu) * rstd) * (*(__global const float8*)(w_blocks_0_ln_1_weight + i_d_model)) + (*(__global const float8*)(w_blocks_0_ln_1_bias + i_d_model)));
-        *(__global float8*)(out4 + i_seq * 16 + i_d_model) = v4;
+        float8 layernorm = ((((*(__global const float8*)(in3 + i_seq * 16 + i_d_model)) - mu) * rstd) * (*(__global const float8*)(w_blocks_0_ln_1_weight + i_d_model)) + (*(__global const float8*)(w_blocks_0_ln_1_bias + i_d_model)));
+        *(__global float8*)(out4 + i_seq * 16 + i_d_model) = layernorm;
     }
 }
 
@@ -186,127 +186,37 @@ __kernel void k2_linear_view_linear5(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float v7 = (s0_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    float view = (s0_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
     if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
-        out7[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = v7;
+        out7[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = view;
     }
-    float v7_2 = (s0_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    float view_2 = (s0_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
     if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
-        out7[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = v7_2;
+        out7[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = view_2;
     }
-    float v7_3 = (s1_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    float view_3 = (s1_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
     if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
-        out7[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = v7_3;
+        out7[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = view_3;
     }
-    float v7_4 = (s1_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    float view_4 = (s1_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
     if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
-        out7[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = v7_4;
+        out7[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = view_4;
     }
-    float v7_5 = (s2_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    float view_5 = (s2_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
     if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
-        out7[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = v7_5;
+        out7[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = view_5;
     }
-    float v7_6 = (s2_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    float view_6 = (s2_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
     if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
-        out7[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = v7_6;
+        out7[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = view_6;
     }
-    float v7_7 = (s3_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
+    float view_7 = (s3_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
     if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
-        out7[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = v7_7;
+        out7[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = view_7;
     }
-    float v7_8 = (s3_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    float view_8 = (s3_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
     if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
-        out7[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = v7_8;
-    }
-}
-
-// k2_linear_view_linear7: [v, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
-__attribute__((reqd_work_group_size(8, 8, 1)))
-__kernel void k2_linear_view_linear7(
-    __global const float* restrict in4,
-    __global const float* restrict w_blocks_0_attn_v_weight,
-    __global const float* restrict w_blocks_0_attn_v_bias,
-    __global float* restrict out9)
-{
-    const int nb = (int)get_global_id(0);
-    const int mb = (int)get_global_id(1);
-    const int m0 = min(mb * 4 + 0, 12);
-    __global const float* a0 = in4 + m0 * 16;
-    const int m1 = min(mb * 4 + 1, 12);
-    __global const float* a1 = in4 + m1 * 16;
-    const int m2 = min(mb * 4 + 2, 12);
-    __global const float* a2 = in4 + m2 * 16;
-    const int m3 = min(mb * 4 + 3, 12);
-    __global const float* a3 = in4 + m3 * 16;
-    const int n0 = min(nb * 2 + 0, 15);
-    __global const float* b0 = w_blocks_0_attn_v_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
-    const int n1 = min(nb * 2 + 1, 15);
-    __global const float* b1 = w_blocks_0_attn_v_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
-    float8 c0_0 = (float8)(0.0f);
-    float8 c0_1 = (float8)(0.0f);
-    float8 c1_0 = (float8)(0.0f);
-    float8 c1_1 = (float8)(0.0f);
-    float8 c2_0 = (float8)(0.0f);
-    float8 c2_1 = (float8)(0.0f);
-    float8 c3_0 = (float8)(0.0f);
-    float8 c3_1 = (float8)(0.0f);
-    for (int k0 = 0; k0 < 16; k0 += 256) {
-        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
-            const float8 x0 = *(__global const float8*)(a0 + k);
-            const float8 x1 = *(__global const float8*)(a1 + k);
-            const float8 x2 = *(__global const float8*)(a2 + k);
-            const float8 x3 = *(__global const float8*)(a3 + k);
-            const float8 y0 = *(__global const float8*)(b0 + k);
-            const float8 y1 = *(__global const float8*)(b1 + k);
-            c0_0 += x0 * y0;
-            c0_1 += x0 * y1;
-            c1_0 += x1 * y0;
-            c1_1 += x1 * y1;
-            c2_0 += x2 * y0;
-            c2_1 += x2 * y1;
-            c3_0 += x3 * y0;
-            c3_1 += x3 * y1;
-        }
-    }
-    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
-    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
-    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
-    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
-    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
-    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
-    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
-    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float v9 = (s0_0 + w_blocks_0_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
-        out9[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = v9;
-    }
-    float v9_2 = (s0_1 + w_blocks_0_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
-        out9[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = v9_2;
-    }
-    float v9_3 = (s1_0 + w_blocks_0_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
-        out9[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = v9_3;
-    }
-    float v9_4 = (s1_1 + w_blocks_0_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
-        out9[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = v9_4;
-    }
-    float v9_5 = (s2_0 + w_blocks_0_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
-        out9[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = v9_5;
-    }
-    float v9_6 = (s2_1 + w_blocks_0_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
-        out9[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = v9_6;
-    }
-    float v9_7 = (s3_0 + w_blocks_0_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
-        out9[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = v9_7;
-    }
-    float v9_8 = (s3_1 + w_blocks_0_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
-        out9[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = v9_8;
+        out7[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = view_8;
     }
 }
 
@@ -334,9 +244,9 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
             for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
                 dot += in5[i_seq * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head];
             }
-            float v11 = (dot * 0.3535533905932738f);
-            float v12 = ((min(i_seq_k, 12)) <= (i_seq) + 0 ? v11 : -INFINITY);
-            sc[i_seq_k - seq_k0] = i_seq_k < lim ? v12 : -3.402823466e38f;
+            float scale = (dot * 0.3535533905932738f);
+            float causal_mask = ((min(i_seq_k, 12)) <= (i_seq) + 0 ? scale : -INFINITY);
+            sc[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask : -3.402823466e38f;
         }
         float mb = m;
         for (int t = 0; t < 13; ++t) mb = fmax(mb, sc[t]);
@@ -353,9 +263,9 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
             }
         }
     }
-    float scale = (1.0f / l);
+    float scale_2 = (1.0f / l);
     for (int i_d_head_3 = 0; i_d_head_3 < 8; ++i_d_head_3) {
-        out14[i_seq * 16 + i_heads * 8 + i_d_head_3] = (acc[i_d_head_3] * scale);
+        out14[i_seq * 16 + i_heads * 8 + i_d_head_3] = (acc[i_d_head_3] * scale_2);
     }
 }
 
@@ -416,66 +326,37 @@ __kernel void k4_linear_binary(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float v16 = (in3[m0 * 16 + n0] + (s0_0 + w_blocks_0_attn_o_bias[n0]));
+    float binary = (in3[m0 * 16 + n0] + (s0_0 + w_blocks_0_attn_o_bias[n0]));
     if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
-        out16[m0 * 16 + n0] = v16;
+        out16[m0 * 16 + n0] = binary;
     }
-    float v16_2 = (in3[m0 * 16 + n1] + (s0_1 + w_blocks_0_attn_o_bias[n1]));
+    float binary_2 = (in3[m0 * 16 + n1] + (s0_1 + w_blocks_0_attn_o_bias[n1]));
     if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
-        out16[m0 * 16 + n1] = v16_2;
+        out16[m0 * 16 + n1] = binary_2;
     }
-    float v16_3 = (in3[m1 * 16 + n0] + (s1_0 + w_blocks_0_attn_o_bias[n0]));
+    float binary_3 = (in3[m1 * 16 + n0] + (s1_0 + w_blocks_0_attn_o_bias[n0]));
     if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
-        out16[m1 * 16 + n0] = v16_3;
+        out16[m1 * 16 + n0] = binary_3;
     }
-    float v16_4 = (in3[m1 * 16 + n1] + (s1_1 + w_blocks_0_attn_o_bias[n1]));
+    float binary_4 = (in3[m1 * 16 + n1] + (s1_1 + w_blocks_0_attn_o_bias[n1]));
     if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
-        out16[m1 * 16 + n1] = v16_4;
+        out16[m1 * 16 + n1] = binary_4;
     }
-    float v16_5 = (in3[m2 * 16 + n0] + (s2_0 + w_blocks_0_attn_o_bias[n0]));
+    float binary_5 = (in3[m2 * 16 + n0] + (s2_0 + w_blocks_0_attn_o_bias[n0]));
     if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
-        out16[m2 * 16 + n0] = v16_5;
+        out16[m2 * 16 + n0] = binary_5;
     }
-    float v16_6 = (in3[m2 * 16 + n1] + (s2_1 + w_blocks_0_attn_o_bias[n1]));
+    float binary_6 = (in3[m2 * 16 + n1] + (s2_1 + w_blocks_0_attn_o_bias[n1]));
     if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
-        out16[m2 * 16 + n1] = v16_6;
+        out16[m2 * 16 + n1] = binary_6;
     }
-    float v16_7 = (in3[m3 * 16 + n0] + (s3_0 + w_blocks_0_attn_o_bias[n0]));
+    float binary_7 = (in3[m3 * 16 + n0] + (s3_0 + w_blocks_0_attn_o_bias[n0]));
     if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
-        out16[m3 * 16 + n0] = v16_7;
+        out16[m3 * 16 + n0] = binary_7;
     }
-    float v16_8 = (in3[m3 * 16 + n1] + (s3_1 + w_blocks_0_attn_o_bias[n1]));
+    float binary_8 = (in3[m3 * 16 + n1] + (s3_1 + w_blocks_0_attn_o_bias[n1]));
     if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
-        out16[m3 * 16 + n1] = v16_8;
-    }
-}
-
-// k5_layernorm: [layernorm] group(seq/t_seq@L0)
-__kernel void k5_layernorm(
-    __global const float* restrict in16,
-    __global const float* restrict w_blocks_0_ln_2_weight,
-    __global const float* restrict w_blocks_0_ln_2_bias,
-    __global float* restrict out17)
-{
-    const int gid = (int)get_global_id(0);
-    if (gid >= 13) return;
-    const int i_seq = gid;
-    float8 sumv = (float8)(0.0f);
-    for (int i_d_model_2 = 0; i_d_model_2 < 16; i_d_model_2 += 8) {
-        sumv += (*(__global const float8*)(in16 + i_seq * 16 + i_d_model_2));
-    }
-    float sum = sumv.s0 + sumv.s1 + sumv.s2 + sumv.s3 + sumv.s4 + sumv.s5 + sumv.s6 + sumv.s7;
-    float mu = sum * 0.0625f;
-    float8 sqv = (float8)(0.0f);
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; i_d_model_3 += 8) {
-        float8 d = (*(__global const float8*)(in16 + i_seq * 16 + i_d_model_3)) - mu;
-        sqv += d * d;
-    }
-    float sq = sqv.s0 + sqv.s1 + sqv.s2 + sqv.s3 + sqv.s4 + sqv.s5 + sqv.s6 + sqv.s7;
-    float rstd = rsqrt(sq * 0.0625f + 1e-05f);
-    for (int i_d_model = 0; i_d_model < 16; i_d_model += 8) {
-        float8 v17 = ((((*(__global const float8*)(in16 + i_seq * 16 + i_d_model)) - mu) * rstd) * (*(__global const float8*)(w_blocks_0_ln_2_weight + i_d_model)) + (*(__global const float8*)(w_blocks_0_ln_2_bias + i_d_model)));
-        *(__global float8*)(out17 + i_seq * 16 + i_d_model) = v17;
+        out16[m3 * 16 + n1] = binary_8;
     }
 }
 
@@ -535,37 +416,37 @@ __kernel void k18_linear_unary(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float v19 = (0.5f * (s0_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s0_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    float unary = (0.5f * (s0_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s0_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
     if (mb * 4 + 0 < 13 && nb * 2 + 0 < 24) {
-        out19[m0 * 24 + n0] = v19;
+        out19[m0 * 24 + n0] = unary;
     }
-    float v19_2 = (0.5f * (s0_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s0_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    float unary_2 = (0.5f * (s0_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s0_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
     if (mb * 4 + 0 < 13 && nb * 2 + 1 < 24) {
-        out19[m0 * 24 + n1] = v19_2;
+        out19[m0 * 24 + n1] = unary_2;
     }
-    float v19_3 = (0.5f * (s1_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s1_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    float unary_3 = (0.5f * (s1_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s1_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
     if (mb * 4 + 1 < 13 && nb * 2 + 0 < 24) {
-        out19[m1 * 24 + n0] = v19_3;
+        out19[m1 * 24 + n0] = unary_3;
     }
-    float v19_4 = (0.5f * (s1_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s1_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    float unary_4 = (0.5f * (s1_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s1_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
     if (mb * 4 + 1 < 13 && nb * 2 + 1 < 24) {
-        out19[m1 * 24 + n1] = v19_4;
+        out19[m1 * 24 + n1] = unary_4;
     }
-    float v19_5 = (0.5f * (s2_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s2_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    float unary_5 = (0.5f * (s2_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s2_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
     if (mb * 4 + 2 < 13 && nb * 2 + 0 < 24) {
-        out19[m2 * 24 + n0] = v19_5;
+        out19[m2 * 24 + n0] = unary_5;
     }
-    float v19_6 = (0.5f * (s2_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s2_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    float unary_6 = (0.5f * (s2_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s2_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
     if (mb * 4 + 2 < 13 && nb * 2 + 1 < 24) {
-        out19[m2 * 24 + n1] = v19_6;
+        out19[m2 * 24 + n1] = unary_6;
     }
-    float v19_7 = (0.5f * (s3_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s3_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    float unary_7 = (0.5f * (s3_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s3_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
     if (mb * 4 + 3 < 13 && nb * 2 + 0 < 24) {
-        out19[m3 * 24 + n0] = v19_7;
+        out19[m3 * 24 + n0] = unary_7;
     }
-    float v19_8 = (0.5f * (s3_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s3_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    float unary_8 = (0.5f * (s3_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s3_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
     if (mb * 4 + 3 < 13 && nb * 2 + 1 < 24) {
-        out19[m3 * 24 + n1] = v19_8;
+        out19[m3 * 24 + n1] = unary_8;
     }
 }
 
@@ -626,587 +507,37 @@ __kernel void k20_linear_binary(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float v21 = (in16[m0 * 16 + n0] + (s0_0 + w_blocks_0_mlp_proj_bias[n0]));
+    float binary = (in16[m0 * 16 + n0] + (s0_0 + w_blocks_0_mlp_proj_bias[n0]));
     if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
-        out21[m0 * 16 + n0] = v21;
+        out21[m0 * 16 + n0] = binary;
     }
-    float v21_2 = (in16[m0 * 16 + n1] + (s0_1 + w_blocks_0_mlp_proj_bias[n1]));
+    float binary_2 = (in16[m0 * 16 + n1] + (s0_1 + w_blocks_0_mlp_proj_bias[n1]));
     if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
-        out21[m0 * 16 + n1] = v21_2;
+        out21[m0 * 16 + n1] = binary_2;
     }
-    float v21_3 = (in16[m1 * 16 + n0] + (s1_0 + w_blocks_0_mlp_proj_bias[n0]));
+    float binary_3 = (in16[m1 * 16 + n0] + (s1_0 + w_blocks_0_mlp_proj_bias[n0]));
     if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
-        out21[m1 * 16 + n0] = v21_3;
+        out21[m1 * 16 + n0] = binary_3;
     }
-    float v21_4 = (in16[m1 * 16 + n1] + (s1_1 + w_blocks_0_mlp_proj_bias[n1]));
+    float binary_4 = (in16[m1 * 16 + n1] + (s1_1 + w_blocks_0_mlp_proj_bias[n1]));
     if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
-        out21[m1 * 16 + n1] = v21_4;
+        out21[m1 * 16 + n1] = binary_4;
     }
-    float v21_5 = (in16[m2 * 16 + n0] + (s2_0 + w_blocks_0_mlp_proj_bias[n0]));
+    float binary_5 = (in16[m2 * 16 + n0] + (s2_0 + w_blocks_0_mlp_proj_bias[n0]));
     if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
-        out21[m2 * 16 + n0] = v21_5;
+        out21[m2 * 16 + n0] = binary_5;
     }
-    float v21_6 = (in16[m2 * 16 + n1] + (s2_1 + w_blocks_0_mlp_proj_bias[n1]));
+    float binary_6 = (in16[m2 * 16 + n1] + (s2_1 + w_blocks_0_mlp_proj_bias[n1]));
     if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
-        out21[m2 * 16 + n1] = v21_6;
+        out21[m2 * 16 + n1] = binary_6;
     }
-    float v21_7 = (in16[m3 * 16 + n0] + (s3_0 + w_blocks_0_mlp_proj_bias[n0]));
+    float binary_7 = (in16[m3 * 16 + n0] + (s3_0 + w_blocks_0_mlp_proj_bias[n0]));
     if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
-        out21[m3 * 16 + n0] = v21_7;
+        out21[m3 * 16 + n0] = binary_7;
     }
-    float v21_8 = (in16[m3 * 16 + n1] + (s3_1 + w_blocks_0_mlp_proj_bias[n1]));
+    float binary_8 = (in16[m3 * 16 + n1] + (s3_1 + w_blocks_0_mlp_proj_bias[n1]));
     if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
-        out21[m3 * 16 + n1] = v21_8;
-    }
-}
-
-// k7_layernorm: [layernorm] group(seq/t_seq@L0)
-__kernel void k7_layernorm(
-    __global const float* restrict in21,
-    __global const float* restrict w_blocks_1_ln_1_weight,
-    __global const float* restrict w_blocks_1_ln_1_bias,
-    __global float* restrict out22)
-{
-    const int gid = (int)get_global_id(0);
-    if (gid >= 13) return;
-    const int i_seq = gid;
-    float8 sumv = (float8)(0.0f);
-    for (int i_d_model_2 = 0; i_d_model_2 < 16; i_d_model_2 += 8) {
-        sumv += (*(__global const float8*)(in21 + i_seq * 16 + i_d_model_2));
-    }
-    float sum = sumv.s0 + sumv.s1 + sumv.s2 + sumv.s3 + sumv.s4 + sumv.s5 + sumv.s6 + sumv.s7;
-    float mu = sum * 0.0625f;
-    float8 sqv = (float8)(0.0f);
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; i_d_model_3 += 8) {
-        float8 d = (*(__global const float8*)(in21 + i_seq * 16 + i_d_model_3)) - mu;
-        sqv += d * d;
-    }
-    float sq = sqv.s0 + sqv.s1 + sqv.s2 + sqv.s3 + sqv.s4 + sqv.s5 + sqv.s6 + sqv.s7;
-    float rstd = rsqrt(sq * 0.0625f + 1e-05f);
-    for (int i_d_model = 0; i_d_model < 16; i_d_model += 8) {
-        float8 v22 = ((((*(__global const float8*)(in21 + i_seq * 16 + i_d_model)) - mu) * rstd) * (*(__global const float8*)(w_blocks_1_ln_1_weight + i_d_model)) + (*(__global const float8*)(w_blocks_1_ln_1_bias + i_d_model)));
-        *(__global float8*)(out22 + i_seq * 16 + i_d_model) = v22;
-    }
-}
-
-// k8_linear_view_linear22: [q] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0)
-__attribute__((reqd_work_group_size(8, 8, 1)))
-__kernel void k8_linear_view_linear22(
-    __global const float* restrict in22,
-    __global const float* restrict w_blocks_1_attn_q_weight,
-    __global const float* restrict w_blocks_1_attn_q_bias,
-    __global float* restrict out23)
-{
-    const int nb = (int)get_global_id(0);
-    const int mb = (int)get_global_id(1);
-    const int m0 = min(mb * 4 + 0, 12);
-    __global const float* a0 = in22 + m0 * 16;
-    const int m1 = min(mb * 4 + 1, 12);
-    __global const float* a1 = in22 + m1 * 16;
-    const int m2 = min(mb * 4 + 2, 12);
-    __global const float* a2 = in22 + m2 * 16;
-    const int m3 = min(mb * 4 + 3, 12);
-    __global const float* a3 = in22 + m3 * 16;
-    const int n0 = min(nb * 2 + 0, 15);
-    __global const float* b0 = w_blocks_1_attn_q_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
-    const int n1 = min(nb * 2 + 1, 15);
-    __global const float* b1 = w_blocks_1_attn_q_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
-    float8 c0_0 = (float8)(0.0f);
-    float8 c0_1 = (float8)(0.0f);
-    float8 c1_0 = (float8)(0.0f);
-    float8 c1_1 = (float8)(0.0f);
-    float8 c2_0 = (float8)(0.0f);
-    float8 c2_1 = (float8)(0.0f);
-    float8 c3_0 = (float8)(0.0f);
-    float8 c3_1 = (float8)(0.0f);
-    for (int k0 = 0; k0 < 16; k0 += 256) {
-        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
-            const float8 x0 = *(__global const float8*)(a0 + k);
-            const float8 x1 = *(__global const float8*)(a1 + k);
-            const float8 x2 = *(__global const float8*)(a2 + k);
-            const float8 x3 = *(__global const float8*)(a3 + k);
-            const float8 y0 = *(__global const float8*)(b0 + k);
-            const float8 y1 = *(__global const float8*)(b1 + k);
-            c0_0 += x0 * y0;
-            c0_1 += x0 * y1;
-            c1_0 += x1 * y0;
-            c1_1 += x1 * y1;
-            c2_0 += x2 * y0;
-            c2_1 += x2 * y1;
-            c3_0 += x3 * y0;
-            c3_1 += x3 * y1;
-        }
-    }
-    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
-    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
-    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
-    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
-    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
-    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
-    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
-    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
-        out23[m0 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s0_0 + w_blocks_1_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    }
-    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
-        out23[m0 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s0_1 + w_blocks_1_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    }
-    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
-        out23[m1 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s1_0 + w_blocks_1_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    }
-    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
-        out23[m1 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s1_1 + w_blocks_1_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    }
-    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
-        out23[m2 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s2_0 + w_blocks_1_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    }
-    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
-        out23[m2 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s2_1 + w_blocks_1_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    }
-    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
-        out23[m3 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s3_0 + w_blocks_1_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    }
-    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
-        out23[m3 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s3_1 + w_blocks_1_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    }
-}
-
-// k8_linear_view_linear23: [k, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
-__attribute__((reqd_work_group_size(8, 8, 1)))
-__kernel void k8_linear_view_linear23(
-    __global const float* restrict in22,
-    __global const float* restrict w_blocks_1_attn_k_weight,
-    __global const float* restrict w_blocks_1_attn_k_bias,
-    __global float* restrict out25)
-{
-    const int nb = (int)get_global_id(0);
-    const int mb = (int)get_global_id(1);
-    const int m0 = min(mb * 4 + 0, 12);
-    __global const float* a0 = in22 + m0 * 16;
-    const int m1 = min(mb * 4 + 1, 12);
-    __global const float* a1 = in22 + m1 * 16;
-    const int m2 = min(mb * 4 + 2, 12);
-    __global const float* a2 = in22 + m2 * 16;
-    const int m3 = min(mb * 4 + 3, 12);
-    __global const float* a3 = in22 + m3 * 16;
-    const int n0 = min(nb * 2 + 0, 15);
-    __global const float* b0 = w_blocks_1_attn_k_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
-    const int n1 = min(nb * 2 + 1, 15);
-    __global const float* b1 = w_blocks_1_attn_k_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
-    float8 c0_0 = (float8)(0.0f);
-    float8 c0_1 = (float8)(0.0f);
-    float8 c1_0 = (float8)(0.0f);
-    float8 c1_1 = (float8)(0.0f);
-    float8 c2_0 = (float8)(0.0f);
-    float8 c2_1 = (float8)(0.0f);
-    float8 c3_0 = (float8)(0.0f);
-    float8 c3_1 = (float8)(0.0f);
-    for (int k0 = 0; k0 < 16; k0 += 256) {
-        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
-            const float8 x0 = *(__global const float8*)(a0 + k);
-            const float8 x1 = *(__global const float8*)(a1 + k);
-            const float8 x2 = *(__global const float8*)(a2 + k);
-            const float8 x3 = *(__global const float8*)(a3 + k);
-            const float8 y0 = *(__global const float8*)(b0 + k);
-            const float8 y1 = *(__global const float8*)(b1 + k);
-            c0_0 += x0 * y0;
-            c0_1 += x0 * y1;
-            c1_0 += x1 * y0;
-            c1_1 += x1 * y1;
-            c2_0 += x2 * y0;
-            c2_1 += x2 * y1;
-            c3_0 += x3 * y0;
-            c3_1 += x3 * y1;
-        }
-    }
-    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
-    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
-    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
-    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
-    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
-    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
-    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
-    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float v25 = (s0_0 + w_blocks_1_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
-        out25[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = v25;
-    }
-    float v25_2 = (s0_1 + w_blocks_1_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
-        out25[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = v25_2;
-    }
-    float v25_3 = (s1_0 + w_blocks_1_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
-        out25[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = v25_3;
-    }
-    float v25_4 = (s1_1 + w_blocks_1_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
-        out25[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = v25_4;
-    }
-    float v25_5 = (s2_0 + w_blocks_1_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
-        out25[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = v25_5;
-    }
-    float v25_6 = (s2_1 + w_blocks_1_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
-        out25[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = v25_6;
-    }
-    float v25_7 = (s3_0 + w_blocks_1_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
-        out25[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = v25_7;
-    }
-    float v25_8 = (s3_1 + w_blocks_1_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
-        out25[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = v25_8;
-    }
-}
-
-// k8_linear_view_linear25: [v, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
-__attribute__((reqd_work_group_size(8, 8, 1)))
-__kernel void k8_linear_view_linear25(
-    __global const float* restrict in22,
-    __global const float* restrict w_blocks_1_attn_v_weight,
-    __global const float* restrict w_blocks_1_attn_v_bias,
-    __global float* restrict out27)
-{
-    const int nb = (int)get_global_id(0);
-    const int mb = (int)get_global_id(1);
-    const int m0 = min(mb * 4 + 0, 12);
-    __global const float* a0 = in22 + m0 * 16;
-    const int m1 = min(mb * 4 + 1, 12);
-    __global const float* a1 = in22 + m1 * 16;
-    const int m2 = min(mb * 4 + 2, 12);
-    __global const float* a2 = in22 + m2 * 16;
-    const int m3 = min(mb * 4 + 3, 12);
-    __global const float* a3 = in22 + m3 * 16;
-    const int n0 = min(nb * 2 + 0, 15);
-    __global const float* b0 = w_blocks_1_attn_v_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
-    const int n1 = min(nb * 2 + 1, 15);
-    __global const float* b1 = w_blocks_1_attn_v_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
-    float8 c0_0 = (float8)(0.0f);
-    float8 c0_1 = (float8)(0.0f);
-    float8 c1_0 = (float8)(0.0f);
-    float8 c1_1 = (float8)(0.0f);
-    float8 c2_0 = (float8)(0.0f);
-    float8 c2_1 = (float8)(0.0f);
-    float8 c3_0 = (float8)(0.0f);
-    float8 c3_1 = (float8)(0.0f);
-    for (int k0 = 0; k0 < 16; k0 += 256) {
-        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
-            const float8 x0 = *(__global const float8*)(a0 + k);
-            const float8 x1 = *(__global const float8*)(a1 + k);
-            const float8 x2 = *(__global const float8*)(a2 + k);
-            const float8 x3 = *(__global const float8*)(a3 + k);
-            const float8 y0 = *(__global const float8*)(b0 + k);
-            const float8 y1 = *(__global const float8*)(b1 + k);
-            c0_0 += x0 * y0;
-            c0_1 += x0 * y1;
-            c1_0 += x1 * y0;
-            c1_1 += x1 * y1;
-            c2_0 += x2 * y0;
-            c2_1 += x2 * y1;
-            c3_0 += x3 * y0;
-            c3_1 += x3 * y1;
-        }
-    }
-    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
-    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
-    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
-    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
-    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
-    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
-    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
-    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float v27 = (s0_0 + w_blocks_1_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
-        out27[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = v27;
-    }
-    float v27_2 = (s0_1 + w_blocks_1_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
-        out27[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = v27_2;
-    }
-    float v27_3 = (s1_0 + w_blocks_1_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
-        out27[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = v27_3;
-    }
-    float v27_4 = (s1_1 + w_blocks_1_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
-        out27[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = v27_4;
-    }
-    float v27_5 = (s2_0 + w_blocks_1_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
-        out27[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = v27_5;
-    }
-    float v27_6 = (s2_1 + w_blocks_1_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
-        out27[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = v27_6;
-    }
-    float v27_7 = (s3_0 + w_blocks_1_attn_v_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
-        out27[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = v27_7;
-    }
-    float v27_8 = (s3_1 + w_blocks_1_attn_v_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
-        out27[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = v27_8;
-    }
-}
-
-// k9_einsum_scale_causal_mask_softmax: [einsum, scale |d_head|^-0.5, causal_mask, softmax, einsum] group(seq/t_seq@L0) group(heads/t_heads@L0) stream(seq_k/t_seq_k@L0)
-__attribute__((reqd_work_group_size(16, 1, 1)))
-__kernel void k9_einsum_scale_causal_mask_softmax(
-    __global const float* restrict in23,
-    __global const float* restrict in25,
-    __global const float* restrict in27,
-    __global float* restrict out32)
-{
-    const int gid = (int)get_global_id(0);
-    if (gid >= 26) return;
-    const int i_heads = gid % 2;
-    const int i_seq = (gid / 2);
-    float m = -3.402823466e38f;
-    float l = 0.0f;
-    float acc[8];
-    for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
-    const int lim = min(13, i_seq + 1);
-    for (int seq_k0 = 0; seq_k0 < lim; seq_k0 += 13) {
-        float sc[13];
-        for (int i_seq_k = seq_k0; i_seq_k < seq_k0 + 13; ++i_seq_k) {
-            float dot = 0.0f;
-            for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-                dot += in23[i_seq * 16 + i_heads * 8 + i_d_head] * in25[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head];
-            }
-            float v29 = (dot * 0.3535533905932738f);
-            float v30 = ((min(i_seq_k, 12)) <= (i_seq) + 0 ? v29 : -INFINITY);
-            sc[i_seq_k - seq_k0] = i_seq_k < lim ? v30 : -3.402823466e38f;
-        }
-        float mb = m;
-        for (int t = 0; t < 13; ++t) mb = fmax(mb, sc[t]);
-        float c = exp(m - mb);
-        float ls = 0.0f;
-        for (int t = 0; t < 13; ++t) { sc[t] = exp(sc[t] - mb); ls += sc[t]; }
-        l = l * c + ls;
-        m = mb;
-        for (int j = 0; j < 8; ++j) acc[j] *= c;
-        for (int t = 0; t < 13; ++t) {
-            float p = sc[t];
-            for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
-                acc[i_d_head_2] += p * in27[i_heads * 104 + (min(seq_k0 + t, 12)) * 8 + i_d_head_2];
-            }
-        }
-    }
-    float scale = (1.0f / l);
-    for (int i_d_head_3 = 0; i_d_head_3 < 8; ++i_d_head_3) {
-        out32[i_seq * 16 + i_heads * 8 + i_d_head_3] = (acc[i_d_head_3] * scale);
-    }
-}
-
-// k10_linear_binary: [o, add] group(seq/t_seq@L0) group(d_model/t_d_model@L0)
-__attribute__((reqd_work_group_size(8, 8, 1)))
-__kernel void k10_linear_binary(
-    __global const float* restrict in32,
-    __global const float* restrict in21,
-    __global const float* restrict w_blocks_1_attn_o_weight,
-    __global const float* restrict w_blocks_1_attn_o_bias,
-    __global float* restrict out34)
-{
-    const int nb = (int)get_global_id(0);
-    const int mb = (int)get_global_id(1);
-    const int m0 = min(mb * 4 + 0, 12);
-    __global const float* a0 = in32 + m0 * 16;
-    const int m1 = min(mb * 4 + 1, 12);
-    __global const float* a1 = in32 + m1 * 16;
-    const int m2 = min(mb * 4 + 2, 12);
-    __global const float* a2 = in32 + m2 * 16;
-    const int m3 = min(mb * 4 + 3, 12);
-    __global const float* a3 = in32 + m3 * 16;
-    const int n0 = min(nb * 2 + 0, 15);
-    __global const float* b0 = w_blocks_1_attn_o_weight + n0 * 16;
-    const int n1 = min(nb * 2 + 1, 15);
-    __global const float* b1 = w_blocks_1_attn_o_weight + n1 * 16;
-    float8 c0_0 = (float8)(0.0f);
-    float8 c0_1 = (float8)(0.0f);
-    float8 c1_0 = (float8)(0.0f);
-    float8 c1_1 = (float8)(0.0f);
-    float8 c2_0 = (float8)(0.0f);
-    float8 c2_1 = (float8)(0.0f);
-    float8 c3_0 = (float8)(0.0f);
-    float8 c3_1 = (float8)(0.0f);
-    for (int k0 = 0; k0 < 16; k0 += 256) {
-        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
-            const float8 x0 = *(__global const float8*)(a0 + k);
-            const float8 x1 = *(__global const float8*)(a1 + k);
-            const float8 x2 = *(__global const float8*)(a2 + k);
-            const float8 x3 = *(__global const float8*)(a3 + k);
-            const float8 y0 = *(__global const float8*)(b0 + k);
-            const float8 y1 = *(__global const float8*)(b1 + k);
-            c0_0 += x0 * y0;
-            c0_1 += x0 * y1;
-            c1_0 += x1 * y0;
-            c1_1 += x1 * y1;
-            c2_0 += x2 * y0;
-            c2_1 += x2 * y1;
-            c3_0 += x3 * y0;
-            c3_1 += x3 * y1;
-        }
-    }
-    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
-    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
-    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
-    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
-    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
-    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
-    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
-    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float v34 = (in21[m0 * 16 + n0] + (s0_0 + w_blocks_1_attn_o_bias[n0]));
-    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
-        out34[m0 * 16 + n0] = v34;
-    }
-    float v34_2 = (in21[m0 * 16 + n1] + (s0_1 + w_blocks_1_attn_o_bias[n1]));
-    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
-        out34[m0 * 16 + n1] = v34_2;
-    }
-    float v34_3 = (in21[m1 * 16 + n0] + (s1_0 + w_blocks_1_attn_o_bias[n0]));
-    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
-        out34[m1 * 16 + n0] = v34_3;
-    }
-    float v34_4 = (in21[m1 * 16 + n1] + (s1_1 + w_blocks_1_attn_o_bias[n1]));
-    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
-        out34[m1 * 16 + n1] = v34_4;
-    }
-    float v34_5 = (in21[m2 * 16 + n0] + (s2_0 + w_blocks_1_attn_o_bias[n0]));
-    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
-        out34[m2 * 16 + n0] = v34_5;
-    }
-    float v34_6 = (in21[m2 * 16 + n1] + (s2_1 + w_blocks_1_attn_o_bias[n1]));
-    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
-        out34[m2 * 16 + n1] = v34_6;
-    }
-    float v34_7 = (in21[m3 * 16 + n0] + (s3_0 + w_blocks_1_attn_o_bias[n0]));
-    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
-        out34[m3 * 16 + n0] = v34_7;
-    }
-    float v34_8 = (in21[m3 * 16 + n1] + (s3_1 + w_blocks_1_attn_o_bias[n1]));
-    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
-        out34[m3 * 16 + n1] = v34_8;
-    }
-}
-
-// k11_layernorm: [layernorm] group(seq/t_seq@L0)
-__kernel void k11_layernorm(
-    __global const float* restrict in34,
-    __global const float* restrict w_blocks_1_ln_2_weight,
-    __global const float* restrict w_blocks_1_ln_2_bias,
-    __global float* restrict out35)
-{
-    const int gid = (int)get_global_id(0);
-    if (gid >= 13) return;
-    const int i_seq = gid;
-    float8 sumv = (float8)(0.0f);
-    for (int i_d_model_2 = 0; i_d_model_2 < 16; i_d_model_2 += 8) {
-        sumv += (*(__global const float8*)(in34 + i_seq * 16 + i_d_model_2));
-    }
-    float sum = sumv.s0 + sumv.s1 + sumv.s2 + sumv.s3 + sumv.s4 + sumv.s5 + sumv.s6 + sumv.s7;
-    float mu = sum * 0.0625f;
-    float8 sqv = (float8)(0.0f);
-    for (int i_d_model_3 = 0; i_d_model_3 < 16; i_d_model_3 += 8) {
-        float8 d = (*(__global const float8*)(in34 + i_seq * 16 + i_d_model_3)) - mu;
-        sqv += d * d;
-    }
-    float sq = sqv.s0 + sqv.s1 + sqv.s2 + sqv.s3 + sqv.s4 + sqv.s5 + sqv.s6 + sqv.s7;
-    float rstd = rsqrt(sq * 0.0625f + 1e-05f);
-    for (int i_d_model = 0; i_d_model < 16; i_d_model += 8) {
-        float8 v35 = ((((*(__global const float8*)(in34 + i_seq * 16 + i_d_model)) - mu) * rstd) * (*(__global const float8*)(w_blocks_1_ln_2_weight + i_d_model)) + (*(__global const float8*)(w_blocks_1_ln_2_bias + i_d_model)));
-        *(__global float8*)(out35 + i_seq * 16 + i_d_model) = v35;
-    }
-}
-
-// k36_linear_unary: [fc, gelu] group(seq/1@L1) group(d_ff/1@L1)
-__attribute__((reqd_work_group_size(8, 8, 1)))
-__kernel void k36_linear_unary(
-    __global const float* restrict in35,
-    __global const float* restrict w_blocks_1_mlp_fc_weight,
-    __global const float* restrict w_blocks_1_mlp_fc_bias,
-    __global float* restrict out37)
-{
-    const int nb = (int)get_global_id(0);
-    const int mb = (int)get_global_id(1);
-    const int m0 = min(mb * 4 + 0, 12);
-    __global const float* a0 = in35 + m0 * 16;
-    const int m1 = min(mb * 4 + 1, 12);
-    __global const float* a1 = in35 + m1 * 16;
-    const int m2 = min(mb * 4 + 2, 12);
-    __global const float* a2 = in35 + m2 * 16;
-    const int m3 = min(mb * 4 + 3, 12);
-    __global const float* a3 = in35 + m3 * 16;
-    const int n0 = min(nb * 2 + 0, 23);
-    __global const float* b0 = w_blocks_1_mlp_fc_weight + n0 * 16;
-    const int n1 = min(nb * 2 + 1, 23);
-    __global const float* b1 = w_blocks_1_mlp_fc_weight + n1 * 16;
-    float8 c0_0 = (float8)(0.0f);
-    float8 c0_1 = (float8)(0.0f);
-    float8 c1_0 = (float8)(0.0f);
-    float8 c1_1 = (float8)(0.0f);
-    float8 c2_0 = (float8)(0.0f);
-    float8 c2_1 = (float8)(0.0f);
-    float8 c3_0 = (float8)(0.0f);
-    float8 c3_1 = (float8)(0.0f);
-    for (int k0 = 0; k0 < 16; k0 += 256) {
-        for (int k = k0; k < min(k0 + 256, 16); k += 8) {
-            const float8 x0 = *(__global const float8*)(a0 + k);
-            const float8 x1 = *(__global const float8*)(a1 + k);
-            const float8 x2 = *(__global const float8*)(a2 + k);
-            const float8 x3 = *(__global const float8*)(a3 + k);
-            const float8 y0 = *(__global const float8*)(b0 + k);
-            const float8 y1 = *(__global const float8*)(b1 + k);
-            c0_0 += x0 * y0;
-            c0_1 += x0 * y1;
-            c1_0 += x1 * y0;
-            c1_1 += x1 * y1;
-            c2_0 += x2 * y0;
-            c2_1 += x2 * y1;
-            c3_0 += x3 * y0;
-            c3_1 += x3 * y1;
-        }
-    }
-    float s0_0 = dot(c0_0.lo, (float4)(1.0f)) + dot(c0_0.hi, (float4)(1.0f));
-    float s0_1 = dot(c0_1.lo, (float4)(1.0f)) + dot(c0_1.hi, (float4)(1.0f));
-    float s1_0 = dot(c1_0.lo, (float4)(1.0f)) + dot(c1_0.hi, (float4)(1.0f));
-    float s1_1 = dot(c1_1.lo, (float4)(1.0f)) + dot(c1_1.hi, (float4)(1.0f));
-    float s2_0 = dot(c2_0.lo, (float4)(1.0f)) + dot(c2_0.hi, (float4)(1.0f));
-    float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
-    float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
-    float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float v37 = (0.5f * (s0_0 + w_blocks_1_mlp_fc_bias[n0]) * (1.0f + erf((s0_0 + w_blocks_1_mlp_fc_bias[n0]) * 0.70710678118654752f)));
-    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 24) {
-        out37[m0 * 24 + n0] = v37;
-    }
-    float v37_2 = (0.5f * (s0_1 + w_blocks_1_mlp_fc_bias[n1]) * (1.0f + erf((s0_1 + w_blocks_1_mlp_fc_bias[n1]) * 0.70710678118654752f)));
-    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 24) {
-        out37[m0 * 24 + n1] = v37_2;
-    }
-    float v37_3 = (0.5f * (s1_0 + w_blocks_1_mlp_fc_bias[n0]) * (1.0f + erf((s1_0 + w_blocks_1_mlp_fc_bias[n0]) * 0.70710678118654752f)));
-    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 24) {
-        out37[m1 * 24 + n0] = v37_3;
-    }
-    float v37_4 = (0.5f * (s1_1 + w_blocks_1_mlp_fc_bias[n1]) * (1.0f + erf((s1_1 + w_blocks_1_mlp_fc_bias[n1]) * 0.70710678118654752f)));
-    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 24) {
-        out37[m1 * 24 + n1] = v37_4;
-    }
-    float v37_5 = (0.5f * (s2_0 + w_blocks_1_mlp_fc_bias[n0]) * (1.0f + erf((s2_0 + w_blocks_1_mlp_fc_bias[n0]) * 0.70710678118654752f)));
-    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 24) {
-        out37[m2 * 24 + n0] = v37_5;
-    }
-    float v37_6 = (0.5f * (s2_1 + w_blocks_1_mlp_fc_bias[n1]) * (1.0f + erf((s2_1 + w_blocks_1_mlp_fc_bias[n1]) * 0.70710678118654752f)));
-    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 24) {
-        out37[m2 * 24 + n1] = v37_6;
-    }
-    float v37_7 = (0.5f * (s3_0 + w_blocks_1_mlp_fc_bias[n0]) * (1.0f + erf((s3_0 + w_blocks_1_mlp_fc_bias[n0]) * 0.70710678118654752f)));
-    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 24) {
-        out37[m3 * 24 + n0] = v37_7;
-    }
-    float v37_8 = (0.5f * (s3_1 + w_blocks_1_mlp_fc_bias[n1]) * (1.0f + erf((s3_1 + w_blocks_1_mlp_fc_bias[n1]) * 0.70710678118654752f)));
-    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 24) {
-        out37[m3 * 24 + n1] = v37_8;
+        out21[m3 * 16 + n1] = binary_8;
     }
 }
 
@@ -1229,9 +560,9 @@ __kernel void k39_linear_binary_layernorm(
         for (int i_d_ff = 0; i_d_ff < 24; ++i_d_ff) {
             dot += in37[i_seq * 24 + i_d_ff] * w_blocks_1_mlp_proj_weight[i_d_model_2 * 24 + i_d_ff];
         }
-        float v38 = (dot + w_blocks_1_mlp_proj_bias[i_d_model_2]);
-        float v39 = (in34[i_seq * 16 + i_d_model_2] + v38);
-        sum += v39;
+        float linear = (dot + w_blocks_1_mlp_proj_bias[i_d_model_2]);
+        float binary = (in34[i_seq * 16 + i_d_model_2] + linear);
+        sum += binary;
     }
     float mu = sum * 0.0625f;
     float sq = 0.0f;
@@ -1240,9 +571,9 @@ __kernel void k39_linear_binary_layernorm(
         for (int i_d_ff_2 = 0; i_d_ff_2 < 24; ++i_d_ff_2) {
             dot_2 += in37[i_seq * 24 + i_d_ff_2] * w_blocks_1_mlp_proj_weight[i_d_model_3 * 24 + i_d_ff_2];
         }
-        float v38_2 = (dot_2 + w_blocks_1_mlp_proj_bias[i_d_model_3]);
-        float v39_2 = (in34[i_seq * 16 + i_d_model_3] + v38_2);
-        float d = v39_2 - mu;
+        float linear_2 = (dot_2 + w_blocks_1_mlp_proj_bias[i_d_model_3]);
+        float binary_2 = (in34[i_seq * 16 + i_d_model_3] + linear_2);
+        float d = binary_2 - mu;
         sq += d * d;
     }
     float rstd = rsqrt(sq * 0.0625f + 1e-05f);
@@ -1251,10 +582,10 @@ __kernel void k39_linear_binary_layernorm(
         for (int i_d_ff_3 = 0; i_d_ff_3 < 24; ++i_d_ff_3) {
             dot_3 += in37[i_seq * 24 + i_d_ff_3] * w_blocks_1_mlp_proj_weight[i_d_model * 24 + i_d_ff_3];
         }
-        float v38_3 = (dot_3 + w_blocks_1_mlp_proj_bias[i_d_model]);
-        float v39_3 = (in34[i_seq * 16 + i_d_model] + v38_3);
-        float v40 = (((v39_3 - mu) * rstd) * w_ln_f_weight[i_d_model] + w_ln_f_bias[i_d_model]);
-        out40[i_seq * 16 + i_d_model] = v40;
+        float linear_3 = (dot_3 + w_blocks_1_mlp_proj_bias[i_d_model]);
+        float binary_3 = (in34[i_seq * 16 + i_d_model] + linear_3);
+        float layernorm = (((binary_3 - mu) * rstd) * w_ln_f_weight[i_d_model] + w_ln_f_bias[i_d_model]);
+        out40[i_seq * 16 + i_d_model] = layernorm;
     }
 }
 

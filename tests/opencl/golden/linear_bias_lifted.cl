@@ -15,6 +15,6 @@ __kernel void k0_linear(
     for (int i_d = 0; i_d < 13; ++i_d) {
         dot += in0[i_s * 13 + i_d] * w_linear_weight[i_e * 13 + i_d];
     }
-    float v1 = (dot + w_linear_bias[i_e]);
-    out1[i_s * 7 + i_e] = v1;
+    float linear = (dot + w_linear_bias[i_e]);
+    out1[i_s * 7 + i_e] = linear;
 }

@@ -16,9 +16,9 @@ __kernel void k1_linear_unary(
     for (int i_d_model = 0; i_d_model < 13; ++i_d_model) {
         dot += in0[i_s * 13 + i_d_model] * w_mlp_fc_weight[i_d_ff * 13 + i_d_model];
     }
-    float v1 = (dot + w_mlp_fc_bias[i_d_ff]);
-    float v2 = (0.5f * v1 * (1.0f + erf(v1 * 0.70710678118654752f)));
-    out2[i_s * 29 + i_d_ff] = v2;
+    float linear = (dot + w_mlp_fc_bias[i_d_ff]);
+    float unary = (0.5f * linear * (1.0f + erf(linear * 0.70710678118654752f)));
+    out2[i_s * 29 + i_d_ff] = unary;
 }
 
 // k2_linear: [proj] group(s/1@L1) group(d_model/1@L1)
@@ -37,6 +37,6 @@ __kernel void k2_linear(
     for (int i_d_ff = 0; i_d_ff < 29; ++i_d_ff) {
         dot += in2[i_s * 29 + i_d_ff] * w_mlp_proj_weight[i_d_model * 29 + i_d_ff];
     }
-    float v3 = (dot + w_mlp_proj_bias[i_d_model]);
-    out3[i_s * 13 + i_d_model] = v3;
+    float linear = (dot + w_mlp_proj_bias[i_d_model]);
+    out3[i_s * 13 + i_d_model] = linear;
 }

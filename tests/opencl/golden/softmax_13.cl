@@ -18,7 +18,7 @@ __kernel void k0_softmax(
     }
     float inv = 1.0f / den;
     for (int i_x = 0; i_x < 13; ++i_x) {
-        float v1 = (exp(in0[i_r * 13 + i_x] - mx) * inv);
-        out1[i_r * 13 + i_x] = v1;
+        float softmax = (exp(in0[i_r * 13 + i_x] - mx) * inv);
+        out1[i_r * 13 + i_x] = softmax;
     }
 }

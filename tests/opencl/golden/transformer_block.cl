@@ -22,8 +22,8 @@ __kernel void k0_layernorm(
     }
     float rstd = rsqrt(sq * 0.08333333333333333f + 1e-05f);
     for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
-        float v1 = (((in0[i_seq * 12 + i_d_model] - mu) * rstd) * w_ln_1_weight[i_d_model] + w_ln_1_bias[i_d_model]);
-        out1[i_seq * 12 + i_d_model] = v1;
+        float layernorm = (((in0[i_seq * 12 + i_d_model] - mu) * rstd) * w_ln_1_weight[i_d_model] + w_ln_1_bias[i_d_model]);
+        out1[i_seq * 12 + i_d_model] = layernorm;
     }
 }
 
@@ -44,8 +44,8 @@ __kernel void k1_linear_view_linear1(
     for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
         dot += in1[i_seq * 12 + i_d_model] * w_attn_q_weight[i_heads * 60 + i_d_head * 12 + i_d_model];
     }
-    float v2 = (dot + w_attn_q_bias[i_heads * 5 + i_d_head]);
-    out2[i_seq * 10 + i_heads * 5 + i_d_head] = v2;
+    float linear = (dot + w_attn_q_bias[i_heads * 5 + i_d_head]);
+    out2[i_seq * 10 + i_heads * 5 + i_d_head] = linear;
 }
 
 // k1_linear_view_linear2: [k, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
@@ -65,29 +65,8 @@ __kernel void k1_linear_view_linear2(
     for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
         dot += in1[i_seq * 12 + i_d_model] * w_attn_k_weight[i_heads * 60 + i_d_head * 12 + i_d_model];
     }
-    float v3 = (dot + w_attn_k_bias[i_heads * 5 + i_d_head]);
-    out4[i_heads * 35 + i_seq * 5 + i_d_head] = v3;
-}
-
-// k1_linear_view_linear4: [v, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
-__attribute__((reqd_work_group_size(64, 1, 1)))
-__kernel void k1_linear_view_linear4(
-    __global const float* restrict in1,
-    __global const float* restrict w_attn_v_weight,
-    __global const float* restrict w_attn_v_bias,
-    __global float* restrict out6)
-{
-    const int gid = (int)get_global_id(0);
-    if (gid >= 70) return;
-    const int i_d_head = gid % 5;
-    const int i_heads = (gid / 5) % 2;
-    const int i_seq = (gid / 10);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
-        dot += in1[i_seq * 12 + i_d_model] * w_attn_v_weight[i_heads * 60 + i_d_head * 12 + i_d_model];
-    }
-    float v5 = (dot + w_attn_v_bias[i_heads * 5 + i_d_head]);
-    out6[i_heads * 35 + i_seq * 5 + i_d_head] = v5;
+    float linear = (dot + w_attn_k_bias[i_heads * 5 + i_d_head]);
+    out4[i_heads * 35 + i_seq * 5 + i_d_head] = linear;
 }
 
 // k2_einsum_scale_causal_mask_softmax: [einsum, scale |d_head|^-0.5, causal_mask, softmax, einsum] group(seq/t_seq@L0) group(heads/t_heads@L0) stream(seq_k/t_seq_k@L0)
@@ -113,9 +92,9 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
             for (int i_d_head = 0; i_d_head < 5; ++i_d_head) {
                 dot += in2[i_seq * 10 + i_heads * 5 + i_d_head] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head];
             }
-            float v8 = (dot * 0.4472135954999579f);
-            float v9 = ((min(i_seq_k, 6)) <= (i_seq) + 0 ? v8 : -INFINITY);
-            sc[i_seq_k - seq_k0] = i_seq_k < lim ? v9 : -3.402823466e38f;
+            float scale = (dot * 0.4472135954999579f);
+            float causal_mask = ((min(i_seq_k, 6)) <= (i_seq) + 0 ? scale : -INFINITY);
+            sc[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask : -3.402823466e38f;
         }
         float mb = m;
         for (int t = 0; t < 7; ++t) mb = fmax(mb, sc[t]);
@@ -132,9 +111,9 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
             }
         }
     }
-    float scale = (1.0f / l);
+    float scale_2 = (1.0f / l);
     for (int i_d_head_3 = 0; i_d_head_3 < 5; ++i_d_head_3) {
-        out11[i_seq * 10 + i_heads * 5 + i_d_head_3] = (acc[i_d_head_3] * scale);
+        out11[i_seq * 10 + i_heads * 5 + i_d_head_3] = (acc[i_d_head_3] * scale_2);
     }
 }
 
@@ -157,36 +136,9 @@ __kernel void k3_linear_binary(
             dot += in11[i_seq * 10 + i_heads * 5 + i_d_head] * w_attn_o_weight[i_d_model * 10 + i_heads * 5 + i_d_head];
         }
     }
-    float v12 = (dot + w_attn_o_bias[i_d_model]);
-    float v13 = (in0[i_seq * 12 + i_d_model] + v12);
-    out13[i_seq * 12 + i_d_model] = v13;
-}
-
-// k4_layernorm: [layernorm] group(seq/t_seq@L0)
-__kernel void k4_layernorm(
-    __global const float* restrict in13,
-    __global const float* restrict w_ln_2_weight,
-    __global const float* restrict w_ln_2_bias,
-    __global float* restrict out14)
-{
-    const int gid = (int)get_global_id(0);
-    if (gid >= 7) return;
-    const int i_seq = gid;
-    float sum = 0.0f;
-    for (int i_d_model_2 = 0; i_d_model_2 < 12; ++i_d_model_2) {
-        sum += in13[i_seq * 12 + i_d_model_2];
-    }
-    float mu = sum * 0.08333333333333333f;
-    float sq = 0.0f;
-    for (int i_d_model_3 = 0; i_d_model_3 < 12; ++i_d_model_3) {
-        float d = in13[i_seq * 12 + i_d_model_3] - mu;
-        sq += d * d;
-    }
-    float rstd = rsqrt(sq * 0.08333333333333333f + 1e-05f);
-    for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
-        float v14 = (((in13[i_seq * 12 + i_d_model] - mu) * rstd) * w_ln_2_weight[i_d_model] + w_ln_2_bias[i_d_model]);
-        out14[i_seq * 12 + i_d_model] = v14;
-    }
+    float linear = (dot + w_attn_o_bias[i_d_model]);
+    float binary = (in0[i_seq * 12 + i_d_model] + linear);
+    out13[i_seq * 12 + i_d_model] = binary;
 }
 
 // k15_linear_unary: [fc, gelu] group(seq/1@L1) group(d_ff/1@L1)
@@ -205,9 +157,9 @@ __kernel void k15_linear_unary(
     for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
         dot += in14[i_seq * 12 + i_d_model] * w_mlp_fc_weight[i_d_ff * 12 + i_d_model];
     }
-    float v15 = (dot + w_mlp_fc_bias[i_d_ff]);
-    float v16 = (0.5f * v15 * (1.0f + erf(v15 * 0.70710678118654752f)));
-    out16[i_seq * 13 + i_d_ff] = v16;
+    float linear = (dot + w_mlp_fc_bias[i_d_ff]);
+    float unary = (0.5f * linear * (1.0f + erf(linear * 0.70710678118654752f)));
+    out16[i_seq * 13 + i_d_ff] = unary;
 }
 
 // k17_linear_binary: [proj, add] group(seq/1@L1) group(d_model/1@L1)
@@ -227,7 +179,7 @@ __kernel void k17_linear_binary(
     for (int i_d_ff = 0; i_d_ff < 13; ++i_d_ff) {
         dot += in16[i_seq * 13 + i_d_ff] * w_mlp_proj_weight[i_d_model * 13 + i_d_ff];
     }
-    float v17 = (dot + w_mlp_proj_bias[i_d_model]);
-    float v18 = (in13[i_seq * 12 + i_d_model] + v17);
-    out18[i_seq * 12 + i_d_model] = v18;
+    float linear = (dot + w_mlp_proj_bias[i_d_model]);
+    float binary = (in13[i_seq * 12 + i_d_model] + linear);
+    out18[i_seq * 12 + i_d_model] = binary;
 }

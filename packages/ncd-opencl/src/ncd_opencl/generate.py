@@ -6,6 +6,7 @@ planned kernel, which ``ncd compile --emit`` writes out and the runtime builds.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,7 +32,8 @@ class Generated:
 
     @property
     def source(self) -> str:
-        return PREAMBLE + "\n" + "\n".join(k.text for k in self.kernels)
+        """The program: each distinct kernel function once (layers share theirs)."""
+        return PREAMBLE + "\n" + "\n".join(k.text for k in self.kernels if k.text)
 
 
 def opencl_rules() -> dict[type, Any]:
@@ -72,4 +74,29 @@ def generate(graph: Graph, *, fuse: bool | str = True, tiled: bool = True) -> Ge
                                text=src.text.replace(f" {src.name}(", f" {src.name}_{len(seen)}(", 1))
         seen.add(src.name)
         kernels.append(src)
-    return Generated(graph, plan, tuple(kernels), layouts)
+    return Generated(graph, plan, tuple(_share(kernels)), layouts)
+
+
+def _canonical(src: KernelSource) -> str:
+    """The kernel's text with its name, comments and argument names abstracted: two kernels
+    with the same canonical text are one function launched on different buffers."""
+    lines = [ln for ln in src.text.splitlines() if not ln.lstrip().startswith("//")]
+    text = "\n".join(lines).replace(f" {src.name}(", " K(", 1)
+    for n, b in enumerate(src.buffers):
+        text = re.sub(rf"\b{re.escape(b.name)}\b", f"@{n}", text)
+    return f"{src.global_size}{src.local_size}{text}"
+
+
+def _share(kernels: list[KernelSource]) -> list[KernelSource]:
+    """Identical kernels (the layers of a GPT) keep one function: later copies launch the
+    first's by name and carry no text, so build and JIT time do not grow with depth."""
+    first: dict[str, str] = {}
+    out = []
+    for src in kernels:
+        key = _canonical(src)
+        if key in first:
+            src = attrs.evolve(src, name=first[key], text="")
+        else:
+            first[key] = src.name
+        out.append(src)
+    return out

@@ -52,6 +52,7 @@ def plan_dict(gen: Generated) -> dict[str, Any]:
             "local_size": list(src.local_size) if src.local_size else None,
             "bytes": kernel_bytes(g, src),
             "source": f"{src.name}.cl",
+            "plan_kernel": k.name,
         })
     predicted = perf_bytes(gen)
     for k in kernels:
@@ -80,6 +81,8 @@ def emit(gen: Generated, out: str) -> list[str]:
     os.makedirs(out, exist_ok=True)
     written = []
     for src in gen.kernels:
+        if not src.text:  # launches a function written by an earlier, identical kernel
+            continue
         path = os.path.join(out, f"{src.name}.cl")
         with open(path, "w") as f:
             f.write(src.text)

@@ -219,7 +219,7 @@ class KernelGen:
         # a value depends only on its index: compute it in the outermost loop that fixes it
         with self.w.at_depth(self.w.depth_for(list(env.values()))):
             expr = rule(self, node, env)
-            name = self.let(expr, f"v{v}", ctype)
+            name = self.let(expr, node.op.kind, ctype)  # kind, not value id: layers match
             self.w.remember(key, name)
         return name
 
