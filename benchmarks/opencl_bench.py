@@ -3,7 +3,9 @@
 Peers: NumPy (the reference interpreter's ops, vectorised by NumPy/OpenBLAS), torch eager and
 torch.compile of the *same* model exported by ncd-torch (same parameters), with torch.compile's
 first call (its compile time) shown separately. ncd's first call includes planning, code
-generation and the OpenCL build (the on-disk program cache is cleared per run unless --warm).
+generation and the OpenCL build. Both start cold (fresh program and inductor caches) unless
+--warm. The last two ratio columns divide ncd by torch.compile: steady forward, and the seeds'
+measure (first call + 10 forwards).
 tinygrad is not run here (it needs a separate venv; see docs/opencl.md).
 
     python benchmarks/opencl_bench.py            # the issue's sizes (minutes on 2 cores)
@@ -140,8 +142,9 @@ def main() -> None:
     ap.add_argument("--unfused", action="store_true", help="also time one kernel per op")
     ap.add_argument("--warm", action="store_true", help="keep the on-disk program cache")
     args = ap.parse_args()
-    if not args.warm:
+    if not args.warm:  # both compilers start cold: no program cache, no inductor cache
         os.environ["NCD_OPENCL_CACHE"] = tempfile.mkdtemp(prefix="ncd-opencl-bench-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-")
     rows = []
     for name, model, make in workloads(args.quick):
         if args.only and args.only not in name:
