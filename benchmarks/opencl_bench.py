@@ -3,8 +3,9 @@
 Peers: NumPy (the reference interpreter's ops, vectorised by NumPy/OpenBLAS), torch eager and
 torch.compile of the *same* model exported by ncd-torch (same parameters), with torch.compile's
 first call (its compile time) shown separately. ncd's first call includes planning, code
-generation and the OpenCL build. Both start cold (fresh program and inductor caches) unless
---warm. The last two ratio columns divide ncd by torch.compile: steady forward, and the seeds'
+generation and the OpenCL build. Both start cold (fresh program, PoCL and inductor caches)
+unless --warm; within one run, workloads whose kernels were already built (deeper transformers
+share their layers' kernels with shallower ones) hit ncd's in-memory program cache. The last two ratio columns divide ncd by torch.compile: steady forward, and the seeds'
 measure (first call + 10 forwards).
 tinygrad is not run here (it needs a separate venv; see docs/opencl.md).
 
@@ -145,6 +146,7 @@ def main() -> None:
     if not args.warm:  # both compilers start cold: no program cache, no inductor cache
         os.environ["NCD_OPENCL_CACHE"] = tempfile.mkdtemp(prefix="ncd-opencl-bench-")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-")
+        os.environ["POCL_CACHE_DIR"] = tempfile.mkdtemp(prefix="pocl-bench-")  # PoCL's JIT cache
     rows = []
     for name, model, make in workloads(args.quick):
         if args.only and args.only not in name:
