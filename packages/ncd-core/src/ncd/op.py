@@ -8,7 +8,7 @@ op whose fields already name the concrete axes it works on.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 
@@ -24,6 +24,7 @@ __all__ = [
     "axis_field",
     "groups_field",
     "register_op",
+    "registrar",
 ]
 
 Signature = tuple[tuple[tuple[Axis, ...], ...], tuple[tuple[Axis, ...], ...]]
@@ -41,6 +42,25 @@ def register_op(cls: type[Op]) -> type[Op]:
         raise ValueError(f"op kind {cls.kind!r} is already registered by {existing.__module__}")
     OP_KINDS[cls.kind] = cls
     return cls
+
+
+R = TypeVar("R")
+
+
+def registrar(table: dict[type, R]) -> Callable[..., Callable[[R], R]]:
+    """A decorator factory for a per-op rule table: ``rule = registrar(TABLE)``, then
+    ``@rule(Softmax, L2Norm)`` on a function stores it under each class. Every interpretation
+    (reference, torch, codegen, streaming roles, FLOP counts) keeps its rules this way."""
+
+    def for_op(*classes: type) -> Callable[[R], R]:
+        def deco(fn: R) -> R:
+            for cls in classes:
+                table[cls] = fn
+            return fn
+
+        return deco
+
+    return for_op
 
 
 def _tuple_of_axes(value: Iterable[Axis]) -> tuple[Axis, ...]:

@@ -17,7 +17,7 @@ import numpy as np
 from ncd.axis import Axis
 from ncd.errors import ParameterError, SizeError
 from ncd.graph import Graph, Node
-from ncd.op import Op
+from ncd.op import Op, registrar
 from ncd.ops import _library as L
 
 __all__ = ["REFERENCE_RULES", "Context", "evaluate", "reference_rule", "run"]
@@ -29,12 +29,8 @@ Rule = Callable[[Any, list[Array], dict[str, Array], "Context"], list[Array]]
 REFERENCE_RULES: dict[type[Op], Rule] = {}
 
 
-def reference_rule(cls: type[Op]) -> Callable[[Rule], Rule]:
-    def deco(fn: Rule) -> Rule:
-        REFERENCE_RULES[cls] = fn
-        return fn
-
-    return deco
+#: ``@reference_rule(OpClass)`` registers a rule in ``REFERENCE_RULES``.
+reference_rule = registrar(REFERENCE_RULES)
 
 
 @attrs.frozen

@@ -21,7 +21,7 @@ from typing import Any
 from ncd.axis import Axis
 from ncd.errors import ScheduleError
 from ncd.graph import Graph, Node
-from ncd.op import Op
+from ncd.op import Op, registrar
 from ncd.ops import _library as L
 
 __all__ = ["NORMALISER_KINDS", "ROLE_RULES", "REDUCING", "StreamAnalysis", "analyse_stream",
@@ -47,13 +47,8 @@ HOMOGENEOUS: dict[type[Op], Callable[[Any], bool]] = {
 }
 
 
-def role_rule(*classes: type[Op]) -> Callable[[RoleRule], RoleRule]:
-    def deco(fn: RoleRule) -> RoleRule:
-        for cls in classes:
-            ROLE_RULES[cls] = fn
-        return fn
-
-    return deco
+#: ``@role_rule(OpClass, ...)`` registers a role rule.
+role_rule = registrar(ROLE_RULES)
 
 
 def role(node: Node, axis: Axis) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import sympy as sp
 
 from ncd.graph import Node
-from ncd.op import Op
+from ncd.op import Op, registrar
 from ncd.ops import _library as L
 from ncd.ops import _routing as R
 
@@ -29,13 +29,8 @@ FLOP_RULES: dict[type[Op], FlopRule] = {}
 SPECIAL_UNARY = {"exp", "log", "sqrt", "rsqrt", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"}
 
 
-def rule(*classes: type[Op]) -> Callable[[FlopRule], FlopRule]:
-    def deco(fn: FlopRule) -> FlopRule:
-        for c in classes:
-            FLOP_RULES[c] = fn
-        return fn
-
-    return deco
+#: ``@rule(OpClass, ...)`` registers a FLOP rule.
+rule = registrar(FLOP_RULES)
 
 
 def _prod(axes: Any, size: Size) -> sp.Expr:

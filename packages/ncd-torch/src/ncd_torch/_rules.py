@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ncd import ops as L
 from ncd.errors import SizeError
+from ncd.op import registrar
 from ncd_torch import _functional as fn
 
 if TYPE_CHECKING:
@@ -32,12 +33,8 @@ Rule = Callable[[Any, list[Node], dict[str, Node], "Emitter"], list[Node]]
 TORCH_RULES: dict[type, Rule] = {}
 
 
-def torch_rule(cls: type) -> Callable[[Rule], Rule]:
-    def deco(rule: Rule) -> Rule:
-        TORCH_RULES[cls] = rule
-        return rule
-
-    return deco
+#: ``@torch_rule(OpClass)`` registers a rule in ``TORCH_RULES``.
+torch_rule = registrar(TORCH_RULES)
 
 
 UNARY: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
