@@ -41,7 +41,10 @@ class Compiled:
                                  ) * np.dtype(_NP[b.ctype]).itemsize
                     self.values[b.value] = cl.Buffer(self.ctx, mf.READ_WRITE, nbytes)
         self.params: dict[str, tuple[Any, Any]] = {}
-        self.launches = [(cl.Kernel(self.program, k.name), k) for k in self.gen.kernels]
+        # one kernel object per function: identical layers launch the same one (PoCL compiles
+        # a work-group function per kernel object)
+        functions = {k.name: cl.Kernel(self.program, k.name) for k in self.gen.kernels if k.text}
+        self.launches = [(functions[k.name], k) for k in self.gen.kernels]
 
     def _param(self, name: str, arr: np.ndarray) -> Any:
         import pyopencl as cl
