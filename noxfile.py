@@ -33,7 +33,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy, strict on ncd-core."""
-    session.install("mypy", CORE)
+    session.install("mypy", "pytest", CORE)
     session.run("mypy", "--strict", "packages/ncd-core/src/ncd")
 
 
@@ -87,6 +87,6 @@ def integration(session: nox.Session) -> None:
     """Every package together, the example third-party backend, and the demo."""
     session.install(*TEST, TORCH, OPENCL)
     session.install(CORE, *(f"./packages/ncd-{p}" for p in ("torch", "opencl", "cuda", "diagram", "perf")),
-                    "./examples/ncd-numexpr-backend")
+                    "./examples/ncd-example-backend")
     _pytest(session, "tests/integration")
     session.run("ncd", "demo", "--out", f"{session.create_tmp()}/demo")
