@@ -13,15 +13,12 @@ pytest.importorskip("pyopencl")
 
 
 class TestOpenCLConformance(BackendConformance):
+    """The default: ncd.fuse's plan, fast math, the base class's tolerances, no exceptions."""
+
     target = "opencl"
-    # fast math (the default) re-associates reductions; float32 rounding stays within this
-    rtol = 2e-4
-    atol = 2e-5
     expected_failures: ClassVar[dict[str, str]] = {}
 
 
 class TestOpenCLUnfused(BackendConformance):
     target = "opencl"
-    rtol = 2e-4
-    atol = 2e-5
     compile_options: ClassVar[dict[str, Any]] = {"fuse": False, "fast_math": False}
