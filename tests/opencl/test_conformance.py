@@ -22,3 +22,10 @@ class TestOpenCLConformance(BackendConformance):
 class TestOpenCLUnfused(BackendConformance):
     target = "opencl"
     compile_options: ClassVar[dict[str, Any]] = {"fuse": False, "fast_math": False}
+
+
+class TestOpenCLLocalPlanner(BackendConformance):
+    """The package's fallback planner (``fuse="local"``)."""
+
+    target = "opencl"
+    compile_options: ClassVar[dict[str, Any]] = {"fuse": "local"}

@@ -289,8 +289,9 @@ class KernelGen:
             self.w.line(f"const int {i} = {expr};")
             env[a] = i
             step *= n
+        streamed = set(self.kernel.streamed)
         for a in self.kernel.axes():  # renamed axes share their source's index
-            if a not in env and self.root(a) in env:
+            if a not in env and a not in streamed and self.root(a) in env:
                 env[a] = env[self.root(a)]
         return env, total
 

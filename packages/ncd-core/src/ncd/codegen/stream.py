@@ -207,7 +207,7 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
     with w.block(f"for (int {ix} = 0; {ix} < {limit}; ++{ix})", ix):
         xenv = {**env, x: ix}
         for a in k.axes():
-            if a not in xenv and gen.root(a) == gen.root(x):
+            if a not in xenv and gen.root(a) == x:
                 xenv[a] = ix
         for acc in accs:
             _step(gen, acc, x, xenv)
@@ -269,7 +269,9 @@ def _chunked(gen: KernelGen, acc: _Acc, x: Axis, env: dict[Axis, str], limit: st
 
 
 def _alias_x(gen: KernelGen, x: Axis, expr: str) -> dict[Axis, str]:
-    return {a: expr for a in gen.kernel.axes() if a == x or gen.root(a) == gen.root(x)}
+    # axes renamed *from* the stream axis only: a rename into it (keys made from the query
+    # axis) must not tie the query index to the key index
+    return {a: expr for a in gen.kernel.axes() if a == x or gen.root(a) == x}
 
 
 def _step(gen: KernelGen, acc: _Acc, x: Axis, xenv: dict[Axis, str]) -> None:
