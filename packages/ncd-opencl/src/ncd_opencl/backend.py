@@ -45,6 +45,7 @@ class Compiled:
         # a work-group function per kernel object)
         functions = {k.name: cl.Kernel(self.program, k.name) for k in self.gen.kernels if k.text}
         self.launches = [(functions[k.name], k) for k in self.gen.kernels]
+        self.zero_copy = bool(self.device.host_unified_memory)
 
     def _param(self, name: str, arr: np.ndarray) -> Any:
         import pyopencl as cl
@@ -72,32 +73,54 @@ class Compiled:
                 times[src.name].append(time.perf_counter() - t0)
         return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
-    def _launch(self, kern: Any, src: Any, params: dict[str, np.ndarray]) -> None:
+    def _launch(self, kern: Any, src: Any, params: dict[str, np.ndarray],
+                values: dict[int, Any] | None = None) -> None:
+        values = self.values if values is None else values
         args = [self._param(b.param, params[b.param]) if b.param is not None
-                else self.values[b.value] for b in src.buffers]
+                else values[b.value] for b in src.buffers]
         kern(self.queue, src.global_size, src.local_size, *args)
 
     def run(self, arrays: list[np.ndarray], params: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Inputs in, outputs out. On a device sharing host memory (PoCL's CPU device) the
+        kernels read the input arrays and write the output arrays in place (``USE_HOST_PTR``
+        buffers, mapped once at the end for coherence; vector accesses need only element
+        alignment, see the dialect); elsewhere they are copied."""
         import pyopencl as cl
 
-        g = self.graph
+        g, mf = self.graph, cl.mem_flags
+        values = dict(self.values)
+        mapped = []
         for v, x in zip(g.inputs, arrays, strict=True):
-            if v in self.values:
-                dt = np.int64 if g.values[v].dtype == "int64" else np.float32
-                cl.enqueue_copy(self.queue, self.values[v], np.ascontiguousarray(x, dtype=dt))
-        for kern, src in self.launches:
-            self._launch(kern, src, params)
+            if v in values:
+                host = np.ascontiguousarray(x, dtype=_dtype(g, v))
+                if self.zero_copy and host.nbytes:
+                    values[v] = cl.Buffer(self.ctx, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=host)
+                else:
+                    cl.enqueue_copy(self.queue, values[v], host)
         outs = []
         for v in g.outputs:
-            dt = np.int64 if g.values[v].dtype == "int64" else np.float32
-            host = np.empty(g.shape(v), dtype=dt)
-            if v in self.values:
-                cl.enqueue_copy(self.queue, host, self.values[v])
-            else:  # an output that is an input, untouched
-                host[...] = arrays[g.inputs.index(v)]
+            host = np.empty(g.shape(v), dtype=_dtype(g, v))
+            if v in values and v not in g.inputs and self.zero_copy and host.nbytes:
+                values[v] = cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
+                mapped.append((values[v], host))
             outs.append(host)
+        for kern, src in self.launches:
+            self._launch(kern, src, params, values)
+        for v, host in zip(g.outputs, outs, strict=True):
+            if v not in values:  # an output that is an input, untouched
+                host[...] = arrays[g.inputs.index(v)]
+            elif not any(host is h for _, h in mapped):
+                cl.enqueue_copy(self.queue, host, values[v])
+        for buf, host in mapped:
+            view, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.READ, 0, host.shape,
+                                            host.dtype)
+            view.base.release(self.queue)
         self.queue.finish()
         return outs
+
+
+def _dtype(g: Graph, v: int) -> Any:
+    return np.int64 if g.values[v].dtype == "int64" else np.float32
 
 
 class OpenCLExecutable(Executable):

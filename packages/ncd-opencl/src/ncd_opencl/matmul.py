@@ -53,7 +53,7 @@ def tiled_template(gen: KernelGen) -> KernelSource | None:
     msz = math.prod(gen.size(a) for a in m_axes)
     nsz = math.prod(gen.size(a) for a in n_axes)
     if kdim % VW or msz < RM or nsz < RN:
-        return None  # rows must start 32-byte aligned for the vector loads below
+        return None
     full = set(m_axes) | set(n_axes)
     for v in k.outputs:
         if {renames.get(a, a) for a in g.values[v].axes} != full:
@@ -87,13 +87,14 @@ def tiled_template(gen: KernelGen) -> KernelSource | None:
         for j in range(RN):
             w.line(f"float{VW} c{i}_{j} = (float{VW})(0.0f);")
     kv = kdim - kdim % VW
+    vt = gen.dialect.unaligned_vector or f"float{VW}"  # rows need only element alignment
     with w.block(f"for (int k0 = 0; k0 < {kv}; k0 += {KC})"):
         with w.block(f"for (int k = k0; k < min(k0 + {KC}, {kv}); k += {VW})"):
             for i in range(RM):
                 # a pointer cast, not vload8: PoCL's vload8 ran 10x slower (docs/opencl.md)
-                w.line(f"const float{VW} x{i} = *({gen.dialect.global_} const float{VW}*)(a{i} + k);")
+                w.line(f"const float{VW} x{i} = *({gen.dialect.global_} const {vt}*)(a{i} + k);")
             for j in range(RN):
-                w.line(f"const float{VW} y{j} = *({gen.dialect.global_} const float{VW}*)(b{j} + k);")
+                w.line(f"const float{VW} y{j} = *({gen.dialect.global_} const {vt}*)(b{j} + k);")
             for i in range(RM):
                 for j in range(RN):
                     w.line(f"c{i}_{j} += x{i} * y{j};")

@@ -49,6 +49,9 @@ class Dialect:
     reqd_local: str = ""
     #: Lanes of the float vector type used for row kernels (``float8``); 0: no vector types.
     vector_width: int = 0
+    #: Type for vector loads/stores at any element alignment (a typedef the preamble declares,
+    #: so buffers need only element alignment); "" means the aligned vector type itself.
+    unaligned_vector: str = ""
 
     def fn(self, name: str) -> str:
         """The builtin spelling of the portable math function ``name``."""

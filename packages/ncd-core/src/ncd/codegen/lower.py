@@ -118,6 +118,13 @@ class KernelGen:
     def vtype(self) -> str:
         return f"float{self.dialect.vector_width}"
 
+    def vector_at(self, b: Buffer, addr: str) -> str:
+        """The vector lvalue at element ``addr`` of ``b`` (a pointer cast, not vload: PoCL
+        compiles vloadN to a library call)."""
+        t = self.dialect.unaligned_vector or self.vtype
+        const = f" {self.dialect.const}" if not b.output else ""
+        return f"*({self.dialect.global_}{const} {t}*)({b.name} + {addr})"
+
     def in_vector(self, text: str | None = None) -> bool:
         """Inside a vector loop (or: ``text`` uses a vector loop's index)."""
         if not self.vec_vars:
@@ -129,7 +136,7 @@ class KernelGen:
     def read(self, b: Buffer, index: Mapping[Axis, str]) -> str:
         addr = b.address(index)
         if self.in_vector(addr):  # unit stride along the vector axis (checked by the template)
-            return f"(*({self.dialect.global_} const {self.vtype}*)({b.name} + {addr}))"
+            return f"({self.vector_at(b, addr)})"
         if self.in_vector() and b.ctype == "float":
             return f"(({self.vtype})({b.name}[{addr}]))"
         return f"{b.name}[{addr}]"
@@ -319,8 +326,7 @@ class KernelGen:
         def body(index: dict[Axis, str], rest: list[Axis]) -> None:
             if not rest:
                 addr = out.address(index)
-                dst = (f"*({self.dialect.global_} {self.vtype}*)({out.name} + {addr})"
-                       if self.in_vector(addr) else f"{out.name}[{addr}]")
+                dst = self.vector_at(out, addr) if self.in_vector(addr) else f"{out.name}[{addr}]"
                 self.w.line(f"{dst} = {self.load(v, index)};")
                 return
             with self.loop(rest[0]) as i:

@@ -1,0 +1,42 @@
+"""The runtime reads caller arrays in place on host-memory devices: misaligned and strided inputs,
+fresh outputs, inputs left untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import ncd
+from ncd import ops
+
+
+def _softmax_rows(r: int, c: int):  # type: ignore[no-untyped-def]
+    return ops.softmax(ncd.Axis("x", size=c)).over(ncd.Axis("r", size=r))
+
+
+def test_misaligned_and_strided_inputs_match_reference() -> None:
+    model = _softmax_rows(13, 24)  # 24: vector mode (float8 loads)
+    exe = ncd.compile(model, "opencl")
+    rng = np.random.default_rng(0)
+    raw = rng.standard_normal(13 * 24 + 3).astype(np.float32)
+    misaligned = raw[1:1 + 13 * 24].reshape(13, 24)  # 4-byte offset: not float8-aligned
+    assert misaligned.ctypes.data % 32 != 0
+    before = misaligned.copy()
+    out = exe(misaligned)
+    np.testing.assert_allclose(out, ncd.run(model, before), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(misaligned, before)  # read, never written
+    strided = rng.standard_normal((24, 13)).astype(np.float32).T  # not C-contiguous
+    np.testing.assert_allclose(exe(strided), ncd.run(model, np.ascontiguousarray(strided)),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_each_call_returns_a_fresh_output() -> None:
+    model = _softmax_rows(7, 16)
+    exe = ncd.compile(model, "opencl")
+    a = np.ones((7, 16), np.float32)
+    b = np.arange(7 * 16, dtype=np.float32).reshape(7, 16) / 50
+    out_a = exe(a)
+    kept = out_a.copy()
+    out_b = exe(b)
+    assert out_a is not out_b
+    np.testing.assert_array_equal(out_a, kept)  # the second call did not overwrite the first
+    np.testing.assert_allclose(out_b, ncd.run(model, b), rtol=1e-5, atol=1e-6)
