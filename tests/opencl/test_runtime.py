@@ -178,3 +178,22 @@ def test_vector_rows(build, rows: int) -> None:
     x = np.random.default_rng(rows).standard_normal((rows, 24)).astype(np.float32)
     params = ncd.init(model, seed=2)
     _check(model, x, params=params or None)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("nq,nx", [(1, 40), (7, 7), (13, 70), (37, 100), (33, 64)])
+@pytest.mark.parametrize("spherical", [False, True])
+def test_streamed_rows_and_vectors(causal: bool, nq: int, nx: int, spherical: bool) -> None:
+    """Several query rows per work-item (the last ones clamped at awkward sizes), vector
+    accumulators along v (16: a vector multiple), chunks with tails, causal limits."""
+    make = nn.spherical_attention if spherical else nn.attention
+    att = make(causal=causal).over("h").bind(h=3, q=nq, x=nx, d=8, v=16)
+    gen = generate(att.graph)
+    assert [k.style for k in gen.kernels] == ["streamed"]
+    if nq >= 2:
+        assert "i_q_1" in gen.source  # a second row per work-item
+    assert "ncd_float8u" in gen.source  # vector loads of V
+    rng = np.random.default_rng(nq * nx)
+    xs = [rng.standard_normal(s).astype(np.float32)
+          for s in ((3, nq, 8), (3, nx, 8), (3, nx, 16))]
+    _check(att, *xs)

@@ -4,7 +4,7 @@
 typedef float ncd_float8u __attribute__((ext_vector_type(8), aligned(4)));
 
 // k0_einsum_scale_causal_mask_softmax: [einsum, scale |d|^-0.5, causal_mask, softmax, einsum] group(h/t_h@L0) group(q/t_q@L0) stream(x/t_x@L0)
-__attribute__((reqd_work_group_size(16, 1, 1)))
+__attribute__((reqd_work_group_size(8, 1, 1)))
 __kernel void k0_einsum_scale_causal_mask_softmax(
     __global const float* restrict in0,
     __global const float* restrict in1,
@@ -12,24 +12,64 @@ __kernel void k0_einsum_scale_causal_mask_softmax(
     __global float* restrict out7)
 {
     const int gid = (int)get_global_id(0);
-    if (gid >= 26) return;
-    const int i_q = gid % 13;
-    const int i_h = (gid / 13);
+    if (gid >= 8) return;
+    const int i_q = (gid % 4) * 4;
+    const int i_h = (gid / 4);
+    const int i_q_0 = min(i_q + 0, 12);
+    const int i_q_1 = min(i_q + 1, 12);
+    const int i_q_2 = min(i_q + 2, 12);
+    const int i_q_3 = min(i_q + 3, 12);
     float m = -3.402823466e38f;
     float l = 0.0f;
     float acc[5];
     for (int j = 0; j < 5; ++j) acc[j] = 0.0f;
-    const int lim = min(13, i_q + 1);
+    float m_2 = -3.402823466e38f;
+    float l_2 = 0.0f;
+    float acc_2[5];
+    for (int j = 0; j < 5; ++j) acc_2[j] = 0.0f;
+    float m_3 = -3.402823466e38f;
+    float l_3 = 0.0f;
+    float acc_3[5];
+    for (int j = 0; j < 5; ++j) acc_3[j] = 0.0f;
+    float m_4 = -3.402823466e38f;
+    float l_4 = 0.0f;
+    float acc_4[5];
+    for (int j = 0; j < 5; ++j) acc_4[j] = 0.0f;
+    const int lim = min(13, i_q_3 + 1);
     for (int x0 = 0; x0 < lim; x0 += 13) {
         float sc[13];
+        float sc_2[13];
+        float sc_3[13];
+        float sc_4[13];
         for (int i_x = x0; i_x < x0 + 13; ++i_x) {
             float dot = 0.0f;
             for (int i_d = 0; i_d < 7; ++i_d) {
-                dot += in0[i_h * 91 + i_q * 7 + i_d] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d];
+                dot += in0[i_h * 91 + i_q_0 * 7 + i_d] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d];
             }
             float scale = (dot * 0.37796447300922725f);
-            float causal_mask = ((min(i_x, 12)) <= (i_q) + 0 ? scale : -INFINITY);
+            float causal_mask = ((min(i_x, 12)) <= (i_q_0) + 0 ? scale : -INFINITY);
             sc[i_x - x0] = i_x < lim ? causal_mask : -3.402823466e38f;
+            float dot_2 = 0.0f;
+            for (int i_d_2 = 0; i_d_2 < 7; ++i_d_2) {
+                dot_2 += in0[i_h * 91 + i_q_1 * 7 + i_d_2] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d_2];
+            }
+            float scale_2 = (dot_2 * 0.37796447300922725f);
+            float causal_mask_2 = ((min(i_x, 12)) <= (i_q_1) + 0 ? scale_2 : -INFINITY);
+            sc_2[i_x - x0] = i_x < lim ? causal_mask_2 : -3.402823466e38f;
+            float dot_3 = 0.0f;
+            for (int i_d_3 = 0; i_d_3 < 7; ++i_d_3) {
+                dot_3 += in0[i_h * 91 + i_q_2 * 7 + i_d_3] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d_3];
+            }
+            float scale_3 = (dot_3 * 0.37796447300922725f);
+            float causal_mask_3 = ((min(i_x, 12)) <= (i_q_2) + 0 ? scale_3 : -INFINITY);
+            sc_3[i_x - x0] = i_x < lim ? causal_mask_3 : -3.402823466e38f;
+            float dot_4 = 0.0f;
+            for (int i_d_4 = 0; i_d_4 < 7; ++i_d_4) {
+                dot_4 += in0[i_h * 91 + i_q_3 * 7 + i_d_4] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d_4];
+            }
+            float scale_4 = (dot_4 * 0.37796447300922725f);
+            float causal_mask_4 = ((min(i_x, 12)) <= (i_q_3) + 0 ? scale_4 : -INFINITY);
+            sc_4[i_x - x0] = i_x < lim ? causal_mask_4 : -3.402823466e38f;
         }
         float mb = m;
         for (int t = 0; t < 13; ++t) mb = NCD_FMAX(mb, sc[t]);
@@ -39,15 +79,58 @@ __kernel void k0_einsum_scale_causal_mask_softmax(
         l = l * c + ls;
         m = mb;
         for (int j = 0; j < 5; ++j) acc[j] *= c;
+        float mb_2 = m_2;
+        for (int t = 0; t < 13; ++t) mb_2 = NCD_FMAX(mb_2, sc_2[t]);
+        float c_2 = exp(m_2 - mb_2);
+        float ls_2 = 0.0f;
+        for (int t = 0; t < 13; ++t) { sc_2[t] = exp(sc_2[t] - mb_2); ls_2 += sc_2[t]; }
+        l_2 = l_2 * c_2 + ls_2;
+        m_2 = mb_2;
+        for (int j = 0; j < 5; ++j) acc_2[j] *= c_2;
+        float mb_3 = m_3;
+        for (int t = 0; t < 13; ++t) mb_3 = NCD_FMAX(mb_3, sc_3[t]);
+        float c_3 = exp(m_3 - mb_3);
+        float ls_3 = 0.0f;
+        for (int t = 0; t < 13; ++t) { sc_3[t] = exp(sc_3[t] - mb_3); ls_3 += sc_3[t]; }
+        l_3 = l_3 * c_3 + ls_3;
+        m_3 = mb_3;
+        for (int j = 0; j < 5; ++j) acc_3[j] *= c_3;
+        float mb_4 = m_4;
+        for (int t = 0; t < 13; ++t) mb_4 = NCD_FMAX(mb_4, sc_4[t]);
+        float c_4 = exp(m_4 - mb_4);
+        float ls_4 = 0.0f;
+        for (int t = 0; t < 13; ++t) { sc_4[t] = exp(sc_4[t] - mb_4); ls_4 += sc_4[t]; }
+        l_4 = l_4 * c_4 + ls_4;
+        m_4 = mb_4;
+        for (int j = 0; j < 5; ++j) acc_4[j] *= c_4;
         for (int t = 0; t < 13; ++t) {
             float p = sc[t];
+            float p_2 = sc_2[t];
+            float p_3 = sc_3[t];
+            float p_4 = sc_4[t];
             for (int i_v = 0; i_v < 5; ++i_v) {
-                acc[i_v] += p * in2[i_h * 65 + (min(x0 + t, 12)) * 5 + i_v];
+                float val = in2[i_h * 65 + (min(x0 + t, 12)) * 5 + i_v];
+                acc[i_v] += p * val;
+                acc_2[i_v] += p_2 * val;
+                acc_3[i_v] += p_3 * val;
+                acc_4[i_v] += p_4 * val;
             }
         }
     }
-    float scale_2 = (1.0f / l);
+    float scale_5 = (1.0f / l);
     for (int i_v_2 = 0; i_v_2 < 5; ++i_v_2) {
-        out7[i_h * 65 + i_q * 5 + i_v_2] = (acc[i_v_2] * scale_2);
+        out7[i_h * 65 + i_q_0 * 5 + i_v_2] = (acc[i_v_2] * scale_5);
+    }
+    float scale_6 = (1.0f / l_2);
+    for (int i_v_3 = 0; i_v_3 < 5; ++i_v_3) {
+        out7[i_h * 65 + i_q_1 * 5 + i_v_3] = (acc_2[i_v_3] * scale_6);
+    }
+    float scale_7 = (1.0f / l_3);
+    for (int i_v_4 = 0; i_v_4 < 5; ++i_v_4) {
+        out7[i_h * 65 + i_q_2 * 5 + i_v_4] = (acc_3[i_v_4] * scale_7);
+    }
+    float scale_8 = (1.0f / l_4);
+    for (int i_v_5 = 0; i_v_5 < 5; ++i_v_5) {
+        out7[i_h * 65 + i_q_3 * 5 + i_v_5] = (acc_4[i_v_5] * scale_8);
     }
 }

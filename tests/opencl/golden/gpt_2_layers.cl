@@ -224,7 +224,7 @@ __kernel void k2_linear_view_linear5(
 }
 
 // k3_einsum_scale_causal_mask_softmax: [einsum, scale |d_head|^-0.5, causal_mask, softmax, einsum] group(seq/t_seq@L0) group(heads/t_heads@L0) stream(seq_k/t_seq_k@L0)
-__attribute__((reqd_work_group_size(16, 1, 1)))
+__attribute__((reqd_work_group_size(8, 1, 1)))
 __kernel void k3_einsum_scale_causal_mask_softmax(
     __global const float* restrict in5,
     __global const float* restrict in7,
@@ -232,24 +232,64 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
     __global float* restrict out14)
 {
     const int gid = (int)get_global_id(0);
-    if (gid >= 26) return;
+    if (gid >= 8) return;
     const int i_heads = gid % 2;
-    const int i_seq = (gid / 2);
+    const int i_seq = ((gid / 2)) * 4;
+    const int i_seq_0 = min(i_seq + 0, 12);
+    const int i_seq_1 = min(i_seq + 1, 12);
+    const int i_seq_2 = min(i_seq + 2, 12);
+    const int i_seq_3 = min(i_seq + 3, 12);
     float m = -3.402823466e38f;
     float l = 0.0f;
-    float acc[8];
-    for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
-    const int lim = min(13, i_seq + 1);
+    float8 acc[1];
+    for (int j = 0; j < 1; ++j) acc[j] = (float8)(0.0f);
+    float m_2 = -3.402823466e38f;
+    float l_2 = 0.0f;
+    float8 acc_2[1];
+    for (int j = 0; j < 1; ++j) acc_2[j] = (float8)(0.0f);
+    float m_3 = -3.402823466e38f;
+    float l_3 = 0.0f;
+    float8 acc_3[1];
+    for (int j = 0; j < 1; ++j) acc_3[j] = (float8)(0.0f);
+    float m_4 = -3.402823466e38f;
+    float l_4 = 0.0f;
+    float8 acc_4[1];
+    for (int j = 0; j < 1; ++j) acc_4[j] = (float8)(0.0f);
+    const int lim = min(13, i_seq_3 + 1);
     for (int seq_k0 = 0; seq_k0 < lim; seq_k0 += 13) {
         float sc[13];
+        float sc_2[13];
+        float sc_3[13];
+        float sc_4[13];
         for (int i_seq_k = seq_k0; i_seq_k < seq_k0 + 13; ++i_seq_k) {
             float dot = 0.0f;
             for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-                dot += in5[i_seq * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head];
+                dot += in5[i_seq_0 * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head];
             }
             float scale = (dot * 0.3535533905932738f);
-            float causal_mask = ((min(i_seq_k, 12)) <= (i_seq) + 0 ? scale : -INFINITY);
+            float causal_mask = ((min(i_seq_k, 12)) <= (i_seq_0) + 0 ? scale : -INFINITY);
             sc[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask : -3.402823466e38f;
+            float dot_2 = 0.0f;
+            for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
+                dot_2 += in5[i_seq_1 * 16 + i_heads * 8 + i_d_head_2] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head_2];
+            }
+            float scale_2 = (dot_2 * 0.3535533905932738f);
+            float causal_mask_2 = ((min(i_seq_k, 12)) <= (i_seq_1) + 0 ? scale_2 : -INFINITY);
+            sc_2[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask_2 : -3.402823466e38f;
+            float dot_3 = 0.0f;
+            for (int i_d_head_3 = 0; i_d_head_3 < 8; ++i_d_head_3) {
+                dot_3 += in5[i_seq_2 * 16 + i_heads * 8 + i_d_head_3] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head_3];
+            }
+            float scale_3 = (dot_3 * 0.3535533905932738f);
+            float causal_mask_3 = ((min(i_seq_k, 12)) <= (i_seq_2) + 0 ? scale_3 : -INFINITY);
+            sc_3[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask_3 : -3.402823466e38f;
+            float dot_4 = 0.0f;
+            for (int i_d_head_4 = 0; i_d_head_4 < 8; ++i_d_head_4) {
+                dot_4 += in5[i_seq_3 * 16 + i_heads * 8 + i_d_head_4] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head_4];
+            }
+            float scale_4 = (dot_4 * 0.3535533905932738f);
+            float causal_mask_4 = ((min(i_seq_k, 12)) <= (i_seq_3) + 0 ? scale_4 : -INFINITY);
+            sc_4[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask_4 : -3.402823466e38f;
         }
         float mb = m;
         for (int t = 0; t < 13; ++t) mb = NCD_FMAX(mb, sc[t]);
@@ -258,17 +298,60 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
         for (int t = 0; t < 13; ++t) { sc[t] = exp(sc[t] - mb); ls += sc[t]; }
         l = l * c + ls;
         m = mb;
-        for (int j = 0; j < 8; ++j) acc[j] *= c;
+        for (int j = 0; j < 1; ++j) acc[j] *= c;
+        float mb_2 = m_2;
+        for (int t = 0; t < 13; ++t) mb_2 = NCD_FMAX(mb_2, sc_2[t]);
+        float c_2 = exp(m_2 - mb_2);
+        float ls_2 = 0.0f;
+        for (int t = 0; t < 13; ++t) { sc_2[t] = exp(sc_2[t] - mb_2); ls_2 += sc_2[t]; }
+        l_2 = l_2 * c_2 + ls_2;
+        m_2 = mb_2;
+        for (int j = 0; j < 1; ++j) acc_2[j] *= c_2;
+        float mb_3 = m_3;
+        for (int t = 0; t < 13; ++t) mb_3 = NCD_FMAX(mb_3, sc_3[t]);
+        float c_3 = exp(m_3 - mb_3);
+        float ls_3 = 0.0f;
+        for (int t = 0; t < 13; ++t) { sc_3[t] = exp(sc_3[t] - mb_3); ls_3 += sc_3[t]; }
+        l_3 = l_3 * c_3 + ls_3;
+        m_3 = mb_3;
+        for (int j = 0; j < 1; ++j) acc_3[j] *= c_3;
+        float mb_4 = m_4;
+        for (int t = 0; t < 13; ++t) mb_4 = NCD_FMAX(mb_4, sc_4[t]);
+        float c_4 = exp(m_4 - mb_4);
+        float ls_4 = 0.0f;
+        for (int t = 0; t < 13; ++t) { sc_4[t] = exp(sc_4[t] - mb_4); ls_4 += sc_4[t]; }
+        l_4 = l_4 * c_4 + ls_4;
+        m_4 = mb_4;
+        for (int j = 0; j < 1; ++j) acc_4[j] *= c_4;
         for (int t = 0; t < 13; ++t) {
             float p = sc[t];
-            for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
-                acc[i_d_head_2] += p * in9[i_heads * 104 + (min(seq_k0 + t, 12)) * 8 + i_d_head_2];
+            float p_2 = sc_2[t];
+            float p_3 = sc_3[t];
+            float p_4 = sc_4[t];
+            for (int i_d_head_5 = 0; i_d_head_5 < 8; i_d_head_5 += 8) {
+                float8 val = (*(__global const ncd_float8u*)(in9 + i_heads * 104 + (min(seq_k0 + t, 12)) * 8 + i_d_head_5));
+                acc[(i_d_head_5) / 8] += p * val;
+                acc_2[(i_d_head_5) / 8] += p_2 * val;
+                acc_3[(i_d_head_5) / 8] += p_3 * val;
+                acc_4[(i_d_head_5) / 8] += p_4 * val;
             }
         }
     }
-    float scale_2 = (1.0f / l);
-    for (int i_d_head_3 = 0; i_d_head_3 < 8; ++i_d_head_3) {
-        out14[i_seq * 16 + i_heads * 8 + i_d_head_3] = (acc[i_d_head_3] * scale_2);
+    float scale_5 = (1.0f / l);
+    for (int i_d_head_6 = 0; i_d_head_6 < 8; i_d_head_6 += 8) {
+        *(__global ncd_float8u*)(out14 + i_seq_0 * 16 + i_heads * 8 + i_d_head_6) = (acc[(i_d_head_6) / 8] * scale_5);
+    }
+    float scale_6 = (1.0f / l_2);
+    for (int i_d_head_7 = 0; i_d_head_7 < 8; i_d_head_7 += 8) {
+        *(__global ncd_float8u*)(out14 + i_seq_1 * 16 + i_heads * 8 + i_d_head_7) = (acc_2[(i_d_head_7) / 8] * scale_6);
+    }
+    float scale_7 = (1.0f / l_3);
+    for (int i_d_head_8 = 0; i_d_head_8 < 8; i_d_head_8 += 8) {
+        *(__global ncd_float8u*)(out14 + i_seq_2 * 16 + i_heads * 8 + i_d_head_8) = (acc_3[(i_d_head_8) / 8] * scale_7);
+    }
+    float scale_8 = (1.0f / l_4);
+    for (int i_d_head_9 = 0; i_d_head_9 < 8; i_d_head_9 += 8) {
+        *(__global ncd_float8u*)(out14 + i_seq_3 * 16 + i_heads * 8 + i_d_head_9) = (acc_4[(i_d_head_9) / 8] * scale_8);
     }
 }
 

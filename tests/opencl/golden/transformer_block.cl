@@ -80,24 +80,64 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
     __global float* restrict out11)
 {
     const int gid = (int)get_global_id(0);
-    if (gid >= 14) return;
+    if (gid >= 4) return;
     const int i_heads = gid % 2;
-    const int i_seq = (gid / 2);
+    const int i_seq = ((gid / 2)) * 4;
+    const int i_seq_0 = min(i_seq + 0, 6);
+    const int i_seq_1 = min(i_seq + 1, 6);
+    const int i_seq_2 = min(i_seq + 2, 6);
+    const int i_seq_3 = min(i_seq + 3, 6);
     float m = -3.402823466e38f;
     float l = 0.0f;
     float acc[5];
     for (int j = 0; j < 5; ++j) acc[j] = 0.0f;
-    const int lim = min(7, i_seq + 1);
+    float m_2 = -3.402823466e38f;
+    float l_2 = 0.0f;
+    float acc_2[5];
+    for (int j = 0; j < 5; ++j) acc_2[j] = 0.0f;
+    float m_3 = -3.402823466e38f;
+    float l_3 = 0.0f;
+    float acc_3[5];
+    for (int j = 0; j < 5; ++j) acc_3[j] = 0.0f;
+    float m_4 = -3.402823466e38f;
+    float l_4 = 0.0f;
+    float acc_4[5];
+    for (int j = 0; j < 5; ++j) acc_4[j] = 0.0f;
+    const int lim = min(7, i_seq_3 + 1);
     for (int seq_k0 = 0; seq_k0 < lim; seq_k0 += 7) {
         float sc[7];
+        float sc_2[7];
+        float sc_3[7];
+        float sc_4[7];
         for (int i_seq_k = seq_k0; i_seq_k < seq_k0 + 7; ++i_seq_k) {
             float dot = 0.0f;
             for (int i_d_head = 0; i_d_head < 5; ++i_d_head) {
-                dot += in2[i_seq * 10 + i_heads * 5 + i_d_head] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head];
+                dot += in2[i_seq_0 * 10 + i_heads * 5 + i_d_head] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head];
             }
             float scale = (dot * 0.4472135954999579f);
-            float causal_mask = ((min(i_seq_k, 6)) <= (i_seq) + 0 ? scale : -INFINITY);
+            float causal_mask = ((min(i_seq_k, 6)) <= (i_seq_0) + 0 ? scale : -INFINITY);
             sc[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask : -3.402823466e38f;
+            float dot_2 = 0.0f;
+            for (int i_d_head_2 = 0; i_d_head_2 < 5; ++i_d_head_2) {
+                dot_2 += in2[i_seq_1 * 10 + i_heads * 5 + i_d_head_2] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head_2];
+            }
+            float scale_2 = (dot_2 * 0.4472135954999579f);
+            float causal_mask_2 = ((min(i_seq_k, 6)) <= (i_seq_1) + 0 ? scale_2 : -INFINITY);
+            sc_2[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask_2 : -3.402823466e38f;
+            float dot_3 = 0.0f;
+            for (int i_d_head_3 = 0; i_d_head_3 < 5; ++i_d_head_3) {
+                dot_3 += in2[i_seq_2 * 10 + i_heads * 5 + i_d_head_3] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head_3];
+            }
+            float scale_3 = (dot_3 * 0.4472135954999579f);
+            float causal_mask_3 = ((min(i_seq_k, 6)) <= (i_seq_2) + 0 ? scale_3 : -INFINITY);
+            sc_3[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask_3 : -3.402823466e38f;
+            float dot_4 = 0.0f;
+            for (int i_d_head_4 = 0; i_d_head_4 < 5; ++i_d_head_4) {
+                dot_4 += in2[i_seq_3 * 10 + i_heads * 5 + i_d_head_4] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head_4];
+            }
+            float scale_4 = (dot_4 * 0.4472135954999579f);
+            float causal_mask_4 = ((min(i_seq_k, 6)) <= (i_seq_3) + 0 ? scale_4 : -INFINITY);
+            sc_4[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask_4 : -3.402823466e38f;
         }
         float mb = m;
         for (int t = 0; t < 7; ++t) mb = NCD_FMAX(mb, sc[t]);
@@ -107,16 +147,59 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
         l = l * c + ls;
         m = mb;
         for (int j = 0; j < 5; ++j) acc[j] *= c;
+        float mb_2 = m_2;
+        for (int t = 0; t < 7; ++t) mb_2 = NCD_FMAX(mb_2, sc_2[t]);
+        float c_2 = exp(m_2 - mb_2);
+        float ls_2 = 0.0f;
+        for (int t = 0; t < 7; ++t) { sc_2[t] = exp(sc_2[t] - mb_2); ls_2 += sc_2[t]; }
+        l_2 = l_2 * c_2 + ls_2;
+        m_2 = mb_2;
+        for (int j = 0; j < 5; ++j) acc_2[j] *= c_2;
+        float mb_3 = m_3;
+        for (int t = 0; t < 7; ++t) mb_3 = NCD_FMAX(mb_3, sc_3[t]);
+        float c_3 = exp(m_3 - mb_3);
+        float ls_3 = 0.0f;
+        for (int t = 0; t < 7; ++t) { sc_3[t] = exp(sc_3[t] - mb_3); ls_3 += sc_3[t]; }
+        l_3 = l_3 * c_3 + ls_3;
+        m_3 = mb_3;
+        for (int j = 0; j < 5; ++j) acc_3[j] *= c_3;
+        float mb_4 = m_4;
+        for (int t = 0; t < 7; ++t) mb_4 = NCD_FMAX(mb_4, sc_4[t]);
+        float c_4 = exp(m_4 - mb_4);
+        float ls_4 = 0.0f;
+        for (int t = 0; t < 7; ++t) { sc_4[t] = exp(sc_4[t] - mb_4); ls_4 += sc_4[t]; }
+        l_4 = l_4 * c_4 + ls_4;
+        m_4 = mb_4;
+        for (int j = 0; j < 5; ++j) acc_4[j] *= c_4;
         for (int t = 0; t < 7; ++t) {
             float p = sc[t];
-            for (int i_d_head_2 = 0; i_d_head_2 < 5; ++i_d_head_2) {
-                acc[i_d_head_2] += p * in6[i_heads * 35 + (min(seq_k0 + t, 6)) * 5 + i_d_head_2];
+            float p_2 = sc_2[t];
+            float p_3 = sc_3[t];
+            float p_4 = sc_4[t];
+            for (int i_d_head_5 = 0; i_d_head_5 < 5; ++i_d_head_5) {
+                float val = in6[i_heads * 35 + (min(seq_k0 + t, 6)) * 5 + i_d_head_5];
+                acc[i_d_head_5] += p * val;
+                acc_2[i_d_head_5] += p_2 * val;
+                acc_3[i_d_head_5] += p_3 * val;
+                acc_4[i_d_head_5] += p_4 * val;
             }
         }
     }
-    float scale_2 = (1.0f / l);
-    for (int i_d_head_3 = 0; i_d_head_3 < 5; ++i_d_head_3) {
-        out11[i_seq * 10 + i_heads * 5 + i_d_head_3] = (acc[i_d_head_3] * scale_2);
+    float scale_5 = (1.0f / l);
+    for (int i_d_head_6 = 0; i_d_head_6 < 5; ++i_d_head_6) {
+        out11[i_seq_0 * 10 + i_heads * 5 + i_d_head_6] = (acc[i_d_head_6] * scale_5);
+    }
+    float scale_6 = (1.0f / l_2);
+    for (int i_d_head_7 = 0; i_d_head_7 < 5; ++i_d_head_7) {
+        out11[i_seq_1 * 10 + i_heads * 5 + i_d_head_7] = (acc_2[i_d_head_7] * scale_6);
+    }
+    float scale_7 = (1.0f / l_3);
+    for (int i_d_head_8 = 0; i_d_head_8 < 5; ++i_d_head_8) {
+        out11[i_seq_2 * 10 + i_heads * 5 + i_d_head_8] = (acc_3[i_d_head_8] * scale_7);
+    }
+    float scale_8 = (1.0f / l_4);
+    for (int i_d_head_9 = 0; i_d_head_9 < 5; ++i_d_head_9) {
+        out11[i_seq_3 * 10 + i_heads * 5 + i_d_head_9] = (acc_4[i_d_head_9] * scale_8);
     }
 }
 

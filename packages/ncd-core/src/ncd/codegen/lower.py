@@ -151,14 +151,7 @@ class KernelGen:
             acc = self.var(f"({self.vtype})({init})", f"{hint}v", self.vtype)
             with self.loop(self.vec) as i:
                 self.w.line(step.format(a=acc, t=term({**index, self.vec: i})))
-            lanes = [f"{acc}.s{k:x}" for k in range(self.dialect.vector_width)]
-            if kind == "sum":
-                total = " + ".join(lanes)
-            else:
-                total = lanes[0]
-                for lane in lanes[1:]:
-                    total = f"{self.fn('f' + kind)}({total}, {lane})"
-            return self.let(total, hint, "float")
+            return self.let(self.across_lanes(acc, kind), hint, "float")
         acc = self.var(init, hint)
 
         def go(env: dict[Axis, str], rest: tuple[Axis, ...]) -> None:
@@ -170,6 +163,16 @@ class KernelGen:
 
         go(dict(index), tuple(axes))
         return acc
+
+    def across_lanes(self, vec: str, kind: str) -> str:
+        """The scalar ``kind`` (sum | max | min) of the lanes of vector variable ``vec``."""
+        lanes = [f"{vec}.s{k:x}" for k in range(self.dialect.vector_width)]
+        if kind == "sum":
+            return " + ".join(lanes)
+        total = lanes[0]
+        for lane in lanes[1:]:
+            total = f"{self.fn('f' + kind)}({total}, {lane})"
+        return total
 
     # -- emitting ----------------------------------------------------------------------------------
     def let(self, expr: str, hint: str = "t", ctype: str = "float") -> str:
@@ -280,19 +283,25 @@ class KernelGen:
             a = self.alias[a]
         return a
 
-    def open_grid(self, par: list[Axis]) -> tuple[dict[Axis, str], int]:
-        """Declare the work-item's indices (the NDRange is flattened to one dimension)."""
-        total = math.prod(self.size(a) for a in par)
+    def open_grid(self, par: list[Axis], block: Mapping[Axis, int] | None = None
+                  ) -> tuple[dict[Axis, str], int]:
+        """Declare the work-item's indices (the NDRange is flattened to one dimension). An axis
+        in ``block`` gives each work-item that many consecutive indices: its index is the first
+        of them (``block[a] * k``) and the grid holds ``ceil(size / block[a])`` along it."""
+        block = block or {}
+        counts = [-(-self.size(a) // block.get(a, 1)) for a in par]
+        total = math.prod(counts)
         gid = self.unique("gid")
         self.w.line(f"const int {gid} = {self.dialect.gid(0)};")
         self.w.line(f"if ({gid} >= {total}) return;")
         env: dict[Axis, str] = {}
         step = 1
-        for a in reversed(par):
-            n = self.size(a)
+        for a, n in zip(reversed(par), reversed(counts), strict=True):
             i = self.unique(f"i_{a.name}", "i")
             q = gid if step == 1 else f"({gid} / {step})"
             expr = q if step * n == total else f"{q} % {n}"
+            if block.get(a, 1) > 1:
+                expr = f"({expr}) * {block[a]}"
             self.w.line(f"const int {i} = {expr};")
             env[a] = i
             step *= n

@@ -31,7 +31,8 @@ class StreamAccumulator:
     """How one normaliser streams: ``init`` declares state, ``step(s)`` returns (rescale of the
     old acc or None, weight of this term), ``scale`` the final factor applied to acc.
     ``block(sc, n)`` does a chunk at once: it turns the scores ``sc[0..n)`` into weights in
-    place and returns the rescale of the old acc (or None); ``pad`` fills scores past the end.
+    place and returns the rescale of the old acc (or None); ``pad`` fills scores past the end;
+    ``vblock`` is ``block`` on vectors, used where the dialect has vector types.
     """
 
     init: Callable[[KernelGen, Node], dict[str, str]]
@@ -39,6 +40,8 @@ class StreamAccumulator:
     scale: Callable[[KernelGen, Node, dict[str, str]], str]
     block: Callable[[KernelGen, Node, dict[str, str], str, int], str | None] | None = None
     pad: str = "0.0f"
+    #: ``block`` over ``nv`` vectors ``scv[0..nv)`` of the dialect's width (same contract).
+    vblock: Callable[[KernelGen, Node, dict[str, str], str, int], str | None] | None = None
 
 
 def _softmax_init(gen: KernelGen, node: Node) -> dict[str, str]:
@@ -69,6 +72,28 @@ def _softmax_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: i
     return c
 
 
+def _softmax_vblock(gen: KernelGen, node: Node, st: dict[str, str], scv: str, nv: int) -> str:
+    # the chunk's max and exponentials on whole vectors: exp(floatN) is one vectorised call
+    w, vt, fmax = gen.w, gen.vtype, gen.fn("fmax")
+    mv = gen.var(f"{scv}[0]", "mv", vt)
+    w.line(f"for (int u = 1; u < {nv}; ++u) {mv} = {fmax}({mv}, {scv}[u]);")
+    mb = gen.let(f"{fmax}({st['m']}, {gen.across_lanes(mv, 'max')})", "mb")
+    c = gen.let(f"{gen.fn('exp')}({st['m']} - {mb})", "c")
+    ps = gen.var(f"({vt})(0.0f)", "ps", vt)
+    w.line(f"for (int u = 0; u < {nv}; ++u) {{ {scv}[u] = {gen.fn('exp')}({scv}[u] - {mb}); "
+           f"{ps} += {scv}[u]; }}")
+    w.line(f"{st['l']} = {st['l']} * {c} + {gen.across_lanes(ps, 'sum')};")
+    w.line(f"{st['m']} = {mb};")
+    return c
+
+
+def _l2_vblock(gen: KernelGen, node: Node, st: dict[str, str], scv: str, nv: int) -> None:
+    qv = gen.var(f"({gen.vtype})(0.0f)", "qv", gen.vtype)
+    gen.w.line(f"for (int u = 0; u < {nv}; ++u) {qv} += {scv}[u] * {scv}[u];")
+    gen.w.line(f"{st['ss']} += {gen.across_lanes(qv, 'sum')};")
+    return None
+
+
 def _l2_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int) -> None:
     gen.w.line(f"for (int t = 0; t < {n}; ++t) {st['ss']} += {sc}[t] * {sc}[t];")
     return None
@@ -86,11 +111,11 @@ def _l2_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tuple[st
 STREAM_ACCUMULATORS: dict[type, StreamAccumulator] = {
     L.Softmax: StreamAccumulator(_softmax_init, _softmax_step,
                                  lambda g, n, st: f"(1.0f / {st['l']})", _softmax_block,
-                                 "-3.402823466e38f"),
+                                 "-3.402823466e38f", _softmax_vblock),
     L.L2Norm: StreamAccumulator(
         _l2_init, _l2_step,
         lambda g, n, st: f"{g.fn('rsqrt')}({st['ss']} + {g.lit(n.op.eps)})",  # type: ignore[attr-defined]
-        _l2_block, "0.0f"),
+        _l2_block, "0.0f", _l2_vblock),
 }
 
 
@@ -110,12 +135,16 @@ def _causal_bound(gen: KernelGen, n: Node, x: Axis, env: dict[Axis, str]) -> str
 
 
 class _Acc:
-    """One completing node's accumulator array over the output axes a work-item does not fix."""
+    """One completing node's accumulator array over the output axes a work-item does not fix.
+    With ``vec`` (an axis of unit stride, a multiple of the vector width) it is an array of
+    vectors along that axis."""
 
-    def __init__(self, gen: KernelGen, node: Node, env: dict[Axis, str]) -> None:
+    def __init__(self, gen: KernelGen, node: Node, env: dict[Axis, str],
+                 vec: Axis | None = None) -> None:
         self.node = node
         out = node.outputs[0]
         self.free = [a for a in gen.graph.values[out].axes if a not in env]
+        self.vec = vec
         self.n = math.prod(gen.size(a) for a in self.free)
         self.name = gen.unique("acc")
         self.state: dict[str, str] = {}
@@ -125,7 +154,20 @@ class _Acc:
         expr = ""
         for a in self.free:
             expr = index[a] if not expr else f"({expr}) * {gen.size(a)} + {index[a]}"
+        if self.vec is not None:  # inside the vector loop the flat index is a lane multiple
+            return f"({expr}) / {gen.dialect.vector_width}"
         return expr or "0"
+
+    def declare(self, gen: KernelGen, init: str) -> None:
+        ctype, n = "float", self.n
+        if self.vec is not None:
+            ctype, n, init = gen.vtype, n // gen.dialect.vector_width, f"({gen.vtype})({init})"
+        gen.w.line(f"{ctype} {self.name}[{n}];")
+        gen.w.line(f"for (int j = 0; j < {n}; ++j) {self.name}[j] = {init};")
+
+    def rescale(self, gen: KernelGen, factor: str) -> None:
+        n = self.n // gen.dialect.vector_width if self.vec is not None else self.n
+        gen.w.line(f"for (int j = 0; j < {n}; ++j) {self.name}[j] *= {factor};")
 
 
 def _over(gen: KernelGen, axes: list[Axis], env: dict[Axis, str],
@@ -171,40 +213,33 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
     if not done:
         return None
     par = [a for a in gen.grid() if a != x]
+    if len(done) == 1 and kinds[done[0]] in ("online_softmax", "l2"):
+        lone = _normalised(gen, g.nodes[done[0]])
+        if lone is not None and _chunk(gen, x, lone[0]):
+            return _rows_template(gen, x, par, g.nodes[done[0]], *lone)
     env, total = gen.open_grid(par)
     accs = []
-    w = gen.w
     for i in done:
         node = g.nodes[i]
         acc = _Acc(gen, node, env)
         if acc.n > MAX_ACC_ELEMS:
             return None
         if kinds[i] in ("online_softmax", "l2"):
-            norms = [v for v in node.inputs if v in gen.made_here
-                     and type(g.nodes[gen.made_here[v]].op) in STREAM_ACCUMULATORS]
-            if len(norms) != 1 or len(node.inputs) != 2:
+            parts = _normalised(gen, node)
+            if parts is None:
                 return None  # homogeneous maps between normaliser and contraction: pointwise
-            acc.norm = g.nodes[gen.made_here[norms[0]]]
+            acc.norm = parts[0]
             acc.state = STREAM_ACCUMULATORS[type(acc.norm.op)].init(gen, acc.norm)
         init = {"max": f"-{gen.dialect.inf}", "min": gen.dialect.inf}.get(
             getattr(node.op, "fn", ""), "0.0f")
-        w.line(f"float {acc.name}[{acc.n}];")
-        w.line(f"for (int j = 0; j < {acc.n}; ++j) {acc.name}[j] = {init};")
+        acc.declare(gen, init)
         accs.append(acc)
     limit = str(gen.size(x))
     if len(accs) == 1 and accs[0].norm is not None:
         bound = _causal_bound(gen, accs[0].norm, x, env)
         limit = limit if bound is None else f"min({limit}, {bound})"
-    chunk = _chunk(gen, x, accs)
-    if chunk:
-        _chunked(gen, accs[0], x, env, limit, chunk)
-        for acc in accs:
-            _bind(gen, acc)
-        for v in k.outputs:
-            gen.write(v, env, par)
-        return gen.launch(total, "streamed", 16)
     ix = gen.unique(f"i_{x.name}", "i")
-    with w.block(f"for (int {ix} = 0; {ix} < {limit}; ++{ix})", ix):
+    with gen.w.block(f"for (int {ix} = 0; {ix} < {limit}; ++{ix})", ix):
         xenv = {**env, x: ix}
         for a in k.axes():
             if a not in xenv and gen.root(a) == x:
@@ -218,14 +253,24 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
     return gen.launch(total, "streamed", 16)
 
 
-CHUNK = 16  # keys per chunk when the plan's stream tile is symbolic
+CHUNK = 32  # keys per chunk when the plan's stream tile is symbolic
+ROWS = 4  # query rows per work-item in the chunked template: each key and value load serves all
+ROWS_GROUP = 8  # work-items per work-group there
 
 
-def _chunk(gen: KernelGen, x: Axis, accs: list[_Acc]) -> int:
+def _normalised(gen: KernelGen, node: Node) -> tuple[Node, int] | None:
+    """(normaliser, other operand) when ``node`` contracts ``norm_x(s) * other`` directly."""
+    g = gen.graph
+    norms = [v for v in node.inputs if v in gen.made_here
+             and type(g.nodes[gen.made_here[v]].op) in STREAM_ACCUMULATORS]
+    if len(norms) != 1 or len(node.inputs) != 2:
+        return None
+    return g.nodes[gen.made_here[norms[0]]], next(v for v in node.inputs if v != norms[0])
+
+
+def _chunk(gen: KernelGen, x: Axis, norm: Node) -> int:
     """Chunk length for a lone normalised contraction (0: walk key by key)."""
-    if len(accs) != 1 or accs[0].norm is None:
-        return 0
-    rule = STREAM_ACCUMULATORS[type(accs[0].norm.op)]
+    rule = STREAM_ACCUMULATORS[type(norm.op)]
     if rule.block is None or gen.size(x) < 2:
         return 0
     tile = gen.kernel.tile(x)
@@ -233,39 +278,121 @@ def _chunk(gen: KernelGen, x: Axis, accs: list[_Acc]) -> int:
     return max(1, min(n, gen.size(x)))
 
 
-def _chunked(gen: KernelGen, acc: _Acc, x: Axis, env: dict[Axis, str], limit: str,
-             n: int) -> None:
-    """Scores of ``n`` keys into ``sc[]``, the accumulator's block update, then
-    ``acc[v] = acc[v] * rescale + sum_t sc[t] V[x0 + t, v]``."""
-    assert acc.norm is not None
-    w, a, node, norm = gen.w, acc.name, acc.node, acc.norm
-    rule = STREAM_ACCUMULATORS[type(norm.op)]
-    assert rule.block is not None
+def _row_axis(gen: KernelGen, par: list[Axis], other: int) -> Axis | None:
+    """A grid axis the contraction's other operand does not vary along (the query axis): a
+    work-item takes several of its indices so each load of ``other`` serves them all."""
+    theirs = gen.graph.values[other].axes
+    for a in reversed(par):
+        if gen.size(a) > 1 and not any(b == a or gen.root(b) == a for b in theirs):
+            return a
+    return None
+
+
+def _vector_axis(gen: KernelGen, node: Node, other: int, env: dict[Axis, str]) -> Axis | None:
+    """The accumulator's one free axis, when every array holding it stores it with unit stride
+    and whatever follows the contraction in the kernel has vector rules."""
+    from ncd.codegen.vector import VECTOR_OPS
+
+    width = gen.dialect.vector_width
+    free = [a for a in gen.graph.values[node.outputs[0]].axes if a not in env]
+    if not width or len(free) != 1 or gen.size(free[0]) % width:
+        return None
+    (v,) = free
+    g, k = gen.graph, gen.kernel
+    if other in gen.made_here:
+        return None
+    for val in (*k.inputs, *k.outputs):
+        order = gen.layouts.get(val, g.values[val].axes)
+        if v in order and (order[-1] != v or g.values[val].dtype != "float32"):
+            return None
+    for i in k.nodes:
+        n = g.nodes[i]
+        if n is not node and any(v in g.values[o].axes for o in n.outputs) and not isinstance(
+                n.op, VECTOR_OPS):
+            return None
+    return v
+
+
+def _rows_template(gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: Node,
+                   other: int) -> KernelSource | None:
+    """A lone normalised contraction in chunks of keys, ``ROWS`` query rows per work-item:
+    per chunk the scores of every row into ``sc[]``, the normaliser's block update, then
+    ``acc[v] = acc[v] * rescale + sum_t sc[t] * other[x0 + t, v]`` with each ``other`` load
+    shared by the rows. Rows past the end repeat the last one (same values, same addresses)."""
+    w, rule = gen.w, STREAM_ACCUMULATORS[type(norm.op)]
+    n = _chunk(gen, x, norm)
+    row = _row_axis(gen, par, other)
+    rows = min(ROWS, gen.size(row)) if row is not None else 1
+    env, total = gen.open_grid(par, {row: rows} if row is not None and rows > 1 else None)
+    envs = [env]
+    if row is not None and rows > 1:
+        envs = []
+        for r in range(rows):
+            i = gen.unique(f"i_{row.name}_{r}", "i")
+            w.line(f"const int {i} = min({env[row]} + {r}, {gen.size(row) - 1});")
+            envs.append({a: i if a == row or gen.root(a) == row else e for a, e in env.items()})
+    width = gen.dialect.vector_width
+    vec = _vector_axis(gen, node, other, env)
+    vectors = bool(width) and rule.vblock is not None and n % width == 0
+    accs = []
+    for e in envs:
+        acc = _Acc(gen, node, e, vec)
+        if acc.n > MAX_ACC_ELEMS:
+            return None
+        acc.norm = norm
+        acc.state = rule.init(gen, norm)
+        acc.declare(gen, "0.0f")
+        accs.append(acc)
+    limit = str(gen.size(x))
+    bound = _causal_bound(gen, norm, x, envs[-1])  # the last row sees the most keys
+    if bound is not None:
+        limit = f"min({limit}, {bound})"
     last = gen.size(x) - 1
-    other = next(v for v in node.inputs if v != norm.outputs[0])
     lim = gen.let(limit, "lim", "const int") if not limit.isdigit() else limit
     x0 = gen.unique(f"{x.name}0", "x")
-    sc = gen.unique("sc")
     with w.block(f"for (int {x0} = 0; {x0} < {lim}; {x0} += {n})"):
-        w.line(f"float {sc}[{n}];")
+        scs = []
+        for _ in accs:
+            sc = gen.unique("sc")
+            if vectors:
+                w.line(f"{gen.vtype} {sc}v[{n // width}];")
+                w.line(f"float* {sc} = (float*){sc}v;")
+            else:
+                w.line(f"float {sc}[{n}];")
+            scs.append(sc)
         ix = gen.unique(f"i_{x.name}", "i")
         with w.block(f"for (int {ix} = {x0}; {ix} < {x0} + {n}; ++{ix})", ix):
-            e = {**env, **_alias_x(gen, x, f"min({ix}, {last})")}
-            s = gen.load(norm.inputs[0], e)
-            w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {rule.pad};")
-        rescale = rule.block(gen, norm, acc.state, sc, n)
-        if rescale is not None:
-            w.line(f"for (int j = 0; j < {acc.n}; ++j) {a}[j] *= {rescale};")
+            for e, sc in zip(envs, scs, strict=True):
+                s = gen.load(norm.inputs[0], {**e, **_alias_x(gen, x, f"min({ix}, {last})")})
+                w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {rule.pad};")
+        for acc, sc in zip(accs, scs, strict=True):
+            if vectors:
+                assert rule.vblock is not None
+                rescale = rule.vblock(gen, norm, acc.state, f"{sc}v", n // width)
+            else:
+                assert rule.block is not None
+                rescale = rule.block(gen, norm, acc.state, sc, n)
+            if rescale is not None:
+                acc.rescale(gen, rescale)
         t = gen.unique("t")
+        gen.vec = vec  # from here on loops over the accumulator's axis step by vectors (the
+        # scores above may contract that very axis, as attention's q.k and p.v share d_head)
         with w.block(f"for (int {t} = 0; {t} < {n}; ++{t})", t):
+            ps = [gen.let(f"{sc}[{t}]", "p") for sc in scs]
             e = {**env, **_alias_x(gen, x, f"min({x0} + {t}, {last})")}
-            p = gen.let(f"{sc}[{t}]", "p")
 
             def upd(ev: dict[Axis, str]) -> None:
-                f = acc.flat(gen, ev)
-                w.line(f"{a}[{f}] += {p} * {gen.load(other, ev)};")
+                val = gen.let(gen.load(other, ev), "val")
+                for acc, p in zip(accs, ps, strict=True):
+                    f = acc.flat(gen, ev)
+                    w.line(f"{acc.name}[{f}] += {p} * {val};")
 
-            _over(gen, acc.free, e, upd)
+            _over(gen, accs[0].free, e, upd)
+    for acc, e in zip(accs, envs, strict=True):
+        _bind(gen, acc)
+        for v in gen.kernel.outputs:
+            gen.write(v, e, par)
+    return gen.launch(total, "streamed", ROWS_GROUP if rows > 1 else 16)
 
 
 def _alias_x(gen: KernelGen, x: Axis, expr: str) -> dict[Axis, str]:
