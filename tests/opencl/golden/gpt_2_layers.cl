@@ -2,6 +2,9 @@
 #define NCD_FMAX(a, b) ((a) > (b) ? (a) : (b))
 #define NCD_FMIN(a, b) ((a) < (b) ? (a) : (b))
 typedef float ncd_float8u __attribute__((ext_vector_type(8), aligned(4)));
+#define NCD_ERF(T) { T a = fabs(x); T t = 1.0f / (1.0f + 0.3275911f * a); T y = 1.0f - t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) * exp(-a * a); return x < 0.0f ? -y : y; }
+__attribute__((overloadable)) inline float ncd_erf(float x) NCD_ERF(float)
+__attribute__((overloadable)) inline float8 ncd_erf(float8 x) NCD_ERF(float8)
 
 // k0_embedding_learned_binary: [wte, wpe, add] group(seq/t_seq@L0) group(d_model/t_d_model@L0)
 __attribute__((reqd_work_group_size(64, 1, 1)))
@@ -502,35 +505,35 @@ __kernel void k18_linear_unary(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float unary = (0.5f * (s0_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s0_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    float unary = (0.5f * (s0_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + ncd_erf((s0_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
     if (mb * 4 + 0 < 13 && nb * 2 + 0 < 24) {
         out19[m0 * 24 + n0] = unary;
     }
-    float unary_2 = (0.5f * (s0_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s0_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    float unary_2 = (0.5f * (s0_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + ncd_erf((s0_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
     if (mb * 4 + 0 < 13 && nb * 2 + 1 < 24) {
         out19[m0 * 24 + n1] = unary_2;
     }
-    float unary_3 = (0.5f * (s1_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s1_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    float unary_3 = (0.5f * (s1_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + ncd_erf((s1_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
     if (mb * 4 + 1 < 13 && nb * 2 + 0 < 24) {
         out19[m1 * 24 + n0] = unary_3;
     }
-    float unary_4 = (0.5f * (s1_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s1_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    float unary_4 = (0.5f * (s1_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + ncd_erf((s1_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
     if (mb * 4 + 1 < 13 && nb * 2 + 1 < 24) {
         out19[m1 * 24 + n1] = unary_4;
     }
-    float unary_5 = (0.5f * (s2_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s2_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    float unary_5 = (0.5f * (s2_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + ncd_erf((s2_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
     if (mb * 4 + 2 < 13 && nb * 2 + 0 < 24) {
         out19[m2 * 24 + n0] = unary_5;
     }
-    float unary_6 = (0.5f * (s2_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s2_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    float unary_6 = (0.5f * (s2_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + ncd_erf((s2_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
     if (mb * 4 + 2 < 13 && nb * 2 + 1 < 24) {
         out19[m2 * 24 + n1] = unary_6;
     }
-    float unary_7 = (0.5f * (s3_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + erf((s3_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
+    float unary_7 = (0.5f * (s3_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + ncd_erf((s3_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
     if (mb * 4 + 3 < 13 && nb * 2 + 0 < 24) {
         out19[m3 * 24 + n0] = unary_7;
     }
-    float unary_8 = (0.5f * (s3_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + erf((s3_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
+    float unary_8 = (0.5f * (s3_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + ncd_erf((s3_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
     if (mb * 4 + 3 < 13 && nb * 2 + 1 < 24) {
         out19[m3 * 24 + n1] = unary_8;
     }

@@ -2,6 +2,9 @@
 #define NCD_FMAX(a, b) ((a) > (b) ? (a) : (b))
 #define NCD_FMIN(a, b) ((a) < (b) ? (a) : (b))
 typedef float ncd_float8u __attribute__((ext_vector_type(8), aligned(4)));
+#define NCD_ERF(T) { T a = fabs(x); T t = 1.0f / (1.0f + 0.3275911f * a); T y = 1.0f - t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) * exp(-a * a); return x < 0.0f ? -y : y; }
+__attribute__((overloadable)) inline float ncd_erf(float x) NCD_ERF(float)
+__attribute__((overloadable)) inline float8 ncd_erf(float8 x) NCD_ERF(float8)
 
 // k0_layernorm: [layernorm] group(s/t_s@L0)
 __kernel void k0_layernorm(

@@ -2,6 +2,9 @@
 #define NCD_FMAX(a, b) ((a) > (b) ? (a) : (b))
 #define NCD_FMIN(a, b) ((a) < (b) ? (a) : (b))
 typedef float ncd_float8u __attribute__((ext_vector_type(8), aligned(4)));
+#define NCD_ERF(T) { T a = fabs(x); T t = 1.0f / (1.0f + 0.3275911f * a); T y = 1.0f - t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) * exp(-a * a); return x < 0.0f ? -y : y; }
+__attribute__((overloadable)) inline float ncd_erf(float x) NCD_ERF(float)
+__attribute__((overloadable)) inline float8 ncd_erf(float8 x) NCD_ERF(float8)
 
 // k1_linear_unary: [fc, gelu] group(s/1@L1) group(d_ff/1@L1)
 __attribute__((reqd_work_group_size(64, 1, 1)))
@@ -20,7 +23,7 @@ __kernel void k1_linear_unary(
         dot += in0[i_s * 13 + i_d_model] * w_mlp_fc_weight[i_d_ff * 13 + i_d_model];
     }
     float linear = (dot + w_mlp_fc_bias[i_d_ff]);
-    float unary = (0.5f * linear * (1.0f + erf(linear * 0.70710678118654752f)));
+    float unary = (0.5f * linear * (1.0f + ncd_erf(linear * 0.70710678118654752f)));
     out2[i_s * 29 + i_d_ff] = unary;
 }
 
