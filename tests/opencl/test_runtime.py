@@ -198,3 +198,20 @@ def test_streamed_rows_and_vectors(causal: bool, nq: int, nx: int, spherical: bo
     xs = [rng.standard_normal(s).astype(np.float32)
           for s in ((3, nq, 8), (3, nx, 8), (3, nx, 16))]
     _check(att, *xs)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(4, 8, 2), (13, 40, 7), (100, 72, 37), (33, 32, 17)])
+def test_tiled_linear_staged_in_local_memory(m: int, k: int, n: int) -> None:
+    """The __local staging variant (the default on GPUs) on PoCL: group tiles of 32 rows x 16
+    columns, K in chunks of 32 with a zero-filled tail, clamped rows and columns."""
+    s = ncd.Axis("s", size=m)
+    model = (ops.linear("d -> e", d=k, e=n) >> ops.gelu()).over(s)
+    gen = generate(model.graph, local=True)
+    assert gen.kernels[0].style == "tiled" and "__local float xs" in gen.source
+    assert "barrier(CLK_LOCAL_MEM_FENCE)" in gen.source
+    assert "__local" not in generate(model.graph).source  # CPUs: cache-blocked, no staging
+    x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+    params = ncd.init(model)
+    got = ncd.compile(model, "opencl", local_memory=True)(x, params=params)
+    np.testing.assert_allclose(got, ncd.run(model, x.astype(np.float64), params=params),
+                               rtol=2e-4, atol=2e-4)

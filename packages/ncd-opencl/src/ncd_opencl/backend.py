@@ -22,15 +22,17 @@ class Compiled:
     """One bound graph built for one device: kernels with their buffers, ready to launch."""
 
     def __init__(self, graph: Graph, device: str | None, fast_math: bool, fuse: bool | str,
-                 tiled: bool) -> None:
+                 tiled: bool, local_memory: bool | None = None) -> None:
         import pyopencl as cl
 
         from ncd_opencl.generate import generate
         from ncd_opencl.program import build, default_options, get_context
 
         self.graph = graph
-        self.gen = generate(graph, fuse=fuse, tiled=tiled)
         self.ctx, self.queue, self.device = get_context(device)
+        if local_memory is None:  # on-chip local memory (GPUs) pays for staging; CPUs' does not
+            local_memory = self.device.local_mem_type == cl.device_local_mem_type.LOCAL
+        self.gen = generate(graph, fuse=fuse, tiled=tiled, local=local_memory)
         self.program = build(self.gen.source, device, default_options(fast_math))
         mf = cl.mem_flags
         self.values: dict[int, Any] = {}
@@ -125,9 +127,10 @@ def _dtype(g: Graph, v: int) -> Any:
 
 class OpenCLExecutable(Executable):
     def __init__(self, model: Any, device: str | None = None, fast_math: bool = True,
-                 fuse: bool | str = True, tiled: bool = True) -> None:
+                 fuse: bool | str = True, tiled: bool = True,
+                 local_memory: bool | None = None) -> None:
         self.model = model
-        self.options = (device, fast_math, fuse, tiled)
+        self.options = (device, fast_math, fuse, tiled, local_memory)
         self._built: dict[tuple[Any, ...], Compiled] = {}
 
     def compiled(self, graph: Graph) -> Compiled:
@@ -152,7 +155,8 @@ class OpenCLBackend(Backend):
     def compile(self, model: Any, **options: Any) -> Executable:
         """Options: ``device`` (index ``"P:D"`` or name substring), ``fast_math`` (default
         True), ``fuse`` (True: ncd.fuse or the local planner; ``"local"``; False: one kernel
-        per op), ``tiled`` (use the tiled matmul template)."""
+        per op), ``tiled`` (use the tiled matmul template), ``local_memory`` (stage matmul
+        tiles in ``__local`` memory; default: when the device's local memory is dedicated)."""
         return OpenCLExecutable(model, **options)
 
 

@@ -50,21 +50,24 @@ def opencl_rules() -> dict[type, Any]:
     return table
 
 
-def templates(tiled: bool = True) -> list[Any]:
-    from ncd_opencl.matmul import tiled_template
+def templates(tiled: bool = True, local: bool = False) -> list[Any]:
+    from ncd_opencl.matmul import tiled_template, tiled_template_local
 
     out: list[Any] = [streamed_template]
     if tiled:
-        out.append(tiled_template)
+        out.append(tiled_template_local if local else tiled_template)
     out.append(vector_template)
     return out
 
 
-def generate(graph: Graph, *, fuse: bool | str = True, tiled: bool = True) -> Generated:
+def generate(graph: Graph, *, fuse: bool | str = True, tiled: bool = True,
+             local: bool = False) -> Generated:
+    """``local``: stage matmul tiles in ``__local`` memory (for devices where it is dedicated
+    on-chip memory; ``ncd_opencl.backend`` decides from the device)."""
     plan = plan_for(graph, fuse)
     layouts = choose_layouts(plan)
     rules = opencl_rules()
-    tpl = templates(tiled)
+    tpl = templates(tiled, local)
     kernels = []
     seen: set[str] = set()
     for k in plan.kernels:

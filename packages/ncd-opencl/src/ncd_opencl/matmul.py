@@ -3,9 +3,13 @@ residual add...): ``Y[m, n] = epilogue(sum_k X[m, k] W[n, k])``.
 
 Each work-item computes an ``RM x RN`` block of outputs with ``float8`` accumulators over the
 contracted axis (explicit vectors: PoCL then issues 8-wide FMAs whatever its auto-vectoriser
-decides); an 8x8 work-group shares rows of ``X`` and ``W`` through the caches. A barrier per
-K-chunk (``BARRIER``, off) made PoCL save the accumulators at every barrier and halved the rate,
-so it is not emitted. Rows and columns past the ends are clamped on read and masked on write
+decides); an 8x8 work-group shares rows of ``X`` and ``W`` through the caches. With ``local``
+(``tiled_template_local``: devices with dedicated local memory, i.e. GPUs, or on request) the
+group stages its ``32 x KL`` tile of ``X`` and ``16 x KL`` tile of ``W`` in ``__local`` memory,
+loaded cooperatively between two barriers, and every work-item reads its rows from there. On
+PoCL's CPU device that is slower (a barrier makes PoCL save the accumulators, halving the rate:
+local memory is ordinary memory there), so CPU devices use the cache-blocked loop. Rows and
+columns past the ends are clamped on read and masked on write
 (any M, N; K a multiple of 8, else the pointwise renderer runs). The epilogue (bias, GELU,
 residual add, renames) is the generic pull-based renderer reading the finished sums.
 """
@@ -23,8 +27,8 @@ __all__ = ["tiled_template"]
 
 RM, RN, VW = 4, 2, 8  # rows, columns per work-item; vector width
 WG_M, WG_N = 8, 8  # work-items per group along rows and columns
-KC = 256  # contracted elements per chunk (barrier interval)
-BARRIER = False
+KC = 256  # contracted elements per chunk (cache blocking)
+KL = 32  # contracted elements per __local tile (local staging)
 
 
 def _contiguous(buf: Any, axes: tuple[Axis, ...], sizes: dict[Axis, int]) -> bool:
@@ -32,7 +36,12 @@ def _contiguous(buf: Any, axes: tuple[Axis, ...], sizes: dict[Axis, int]) -> boo
     return tuple(buf.axes[len(buf.axes) - len(axes):]) == tuple(axes)
 
 
-def tiled_template(gen: KernelGen) -> KernelSource | None:
+def tiled_template_local(gen: KernelGen) -> KernelSource | None:
+    """``tiled_template`` staging its tiles in ``__local`` memory."""
+    return tiled_template(gen, local=True)
+
+
+def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     g = gen.graph
     k = gen.kernel
     nodes = [g.nodes[i] for i in k.nodes]
@@ -88,18 +97,19 @@ def tiled_template(gen: KernelGen) -> KernelSource | None:
             w.line(f"float{VW} c{i}_{j} = (float{VW})(0.0f);")
     kv = kdim - kdim % VW
     vt = gen.dialect.unaligned_vector or f"float{VW}"  # rows need only element alignment
-    with w.block(f"for (int k0 = 0; k0 < {kv}; k0 += {KC})"):
-        with w.block(f"for (int k = k0; k < min(k0 + {KC}, {kv}); k += {VW})"):
-            for i in range(RM):
-                # a pointer cast, not vload8: PoCL's vload8 ran 10x slower (docs/opencl.md)
-                w.line(f"const float{VW} x{i} = *({gen.dialect.global_} const {vt}*)(a{i} + k);")
-            for j in range(RN):
-                w.line(f"const float{VW} y{j} = *({gen.dialect.global_} const {vt}*)(b{j} + k);")
-            for i in range(RM):
+    if local:
+        _local_tiles(gen, xb, wb, m_axes, n_axes, op.in_axes, msz, nsz, kdim)
+    else:
+        with w.block(f"for (int k0 = 0; k0 < {kv}; k0 += {KC})"):
+            with w.block(f"for (int k = k0; k < min(k0 + {KC}, {kv}); k += {VW})"):
+                for i in range(RM):
+                    # a pointer cast, not vload8: PoCL's vload8 is a library call
+                    w.line(f"const float{VW} x{i} = *({gen.dialect.global_} const {vt}*)(a{i} + k);")
                 for j in range(RN):
-                    w.line(f"c{i}_{j} += x{i} * y{j};")
-        if BARRIER:
-            w.line(gen.dialect.barrier)
+                    w.line(f"const float{VW} y{j} = *({gen.dialect.global_} const {vt}*)(b{j} + k);")
+                for i in range(RM):
+                    for j in range(RN):
+                        w.line(f"c{i}_{j} += x{i} * y{j};")
     sums = {}
     for i in range(RM):
         for j in range(RN):
@@ -123,6 +133,42 @@ def tiled_template(gen: KernelGen) -> KernelSource | None:
     gsize = (-(-nb // WG_N) * WG_N, -(-mb // WG_M) * WG_M)
     src = gen.source(gsize, (WG_N, WG_M), "tiled")
     return src
+
+
+def _local_tiles(gen: KernelGen, xb: Any, wb: Any, m_axes: tuple[Axis, ...],
+                 n_axes: tuple[Axis, ...], k_axes: tuple[Axis, ...], msz: int, nsz: int,
+                 kdim: int) -> None:
+    """The contraction loop over ``__local`` tiles: per chunk of ``KL`` contracted elements the
+    group loads its rows of ``X`` and ``W`` (zero past the end of K), then each work-item
+    accumulates its ``RM x RN`` block from local memory."""
+    w, d = gen.w, gen.dialect
+    tm, tn = RM * WG_M, RN * WG_N
+    zero = {a: "0" for a in k_axes}
+    w.line(f"{d.local} float xs[{tm}][{KL}];")
+    w.line(f"{d.local} float ws[{tn}][{KL}];")
+    w.line(f"const int lid = {d.lid(1)} * {WG_N} + {d.lid(0)};")
+    w.line(f"const int row0 = {d.grp(1)} * {tm};")
+    w.line(f"const int col0 = {d.grp(0)} * {tn};")
+    w.line(f"const int ly = {d.lid(1)} * {RM};")
+    w.line(f"const int lx = {d.lid(0)} * {RN};")
+    with w.block(f"for (int k0 = 0; k0 < {kdim}; k0 += {KL})"):
+        for tile, rows, size, buf, axes, first in (("xs", tm, msz, xb, m_axes, "row0"),
+                                                   ("ws", tn, nsz, wb, n_axes, "col0")):
+            with w.block(f"for (int e = lid; e < {rows * KL}; e += {WG_M * WG_N})"):
+                w.line(f"const int r = e / {KL}, kk = e % {KL};")
+                w.line(f"const int g = min({first} + r, {size - 1});")
+                base = buf.address({**_split(gen, axes, "g"), **zero})
+                w.line(f"{tile}[r][kk] = k0 + kk < {kdim} ? {buf.name}[{base} + k0 + kk] : 0.0f;")
+        w.line(d.barrier)
+        with w.block(f"for (int k = 0; k < {KL}; k += {VW})"):
+            for i in range(RM):
+                w.line(f"const float{VW} x{i} = *({d.local} const float{VW}*)(&xs[ly + {i}][k]);")
+            for j in range(RN):
+                w.line(f"const float{VW} y{j} = *({d.local} const float{VW}*)(&ws[lx + {j}][k]);")
+            for i in range(RM):
+                for j in range(RN):
+                    w.line(f"c{i}_{j} += x{i} * y{j};")
+        w.line(d.barrier)
 
 
 def _split(gen: KernelGen, axes: tuple[Axis, ...], flat: str) -> dict[Axis, str]:
