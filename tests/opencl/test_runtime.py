@@ -215,3 +215,31 @@ def test_tiled_linear_staged_in_local_memory(m: int, k: int, n: int) -> None:
     got = ncd.compile(model, "opencl", local_memory=True)(x, params=params)
     np.testing.assert_allclose(got, ncd.run(model, x.astype(np.float64), params=params),
                                rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("m", [5, 13])
+def test_tiled_activation_chain_runs_on_packed_vectors(bias: bool, m: int) -> None:
+    """An epilogue mapping each element alone is evaluated once per work-item on the packed
+    float8 of its 4x2 sums; lanes outside the output are not written."""
+    s = ncd.Axis("s", size=m)
+    chain = ops.silu() >> ops.mul(3.0) >> ops.relu() >> ops.gelu()
+    model = (ops.linear("d -> e", d=16, e=13, bias=bias) >> chain).over(s)
+    gen = generate(model.graph)
+    assert gen.kernels[0].style == "tiled" and "float8 pv" in gen.source
+    x = np.random.default_rng(m).standard_normal((m, 16)).astype(np.float32)
+    _check(model, x, params=ncd.init(model))
+
+
+def test_tiled_residual_epilogue_stays_per_element() -> None:
+    """An epilogue that reads another array (a residual) keeps the per-element path."""
+    ax = {n: ncd.Axis(n) for n in ("seq", "d_model", "heads", "d_head", "d_ff", "seq_k")}
+    block = nn.transformer_block(ax["seq"], ax["d_model"], ax["heads"], ax["d_head"],
+                                 ax["d_ff"], seq_k=ax["seq_k"])
+    block = block.bind(seq=9, d_model=16, heads=2, d_head=8, d_ff=24)
+    gen = generate(block.graph)
+    assert any("float8 pv" in k.text for k in gen.kernels)  # the MLP's fc + GELU
+    assert any(k.style == "tiled" and k.text and "float8 pv" not in k.text
+               for k in gen.kernels)  # projections adding the residual
+    x = np.random.default_rng(1).standard_normal((9, 16)).astype(np.float32)
+    _check(block, x, params=ncd.init(block))

@@ -110,29 +110,16 @@ __kernel void k2_linear_view_linear4(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
-        out5[m0 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s0_0 + w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    }
-    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
-        out5[m0 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s0_1 + w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    }
-    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
-        out5[m1 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s1_0 + w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    }
-    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
-        out5[m1 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s1_1 + w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    }
-    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
-        out5[m2 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s2_0 + w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    }
-    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
-        out5[m2 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s2_1 + w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    }
-    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
-        out5[m3 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = (s3_0 + w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    }
-    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
-        out5[m3 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = (s3_1 + w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    float8 pv = (float8)(s0_0, s0_1, s1_0, s1_1, s2_0, s2_1, s3_0, s3_1) + (float8)(w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+     {
+        if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) out5[m0 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = pv.s0;
+        if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) out5[m0 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = pv.s1;
+        if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) out5[m1 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = pv.s2;
+        if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) out5[m1 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = pv.s3;
+        if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) out5[m2 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = pv.s4;
+        if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) out5[m2 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = pv.s5;
+        if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) out5[m3 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = pv.s6;
+        if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) out5[m3 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = pv.s7;
     }
 }
 
@@ -192,37 +179,16 @@ __kernel void k2_linear_view_linear5(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float view = (s0_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
-        out7[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = view;
-    }
-    float view_2 = (s0_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
-        out7[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = view_2;
-    }
-    float view_3 = (s1_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
-        out7[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = view_3;
-    }
-    float view_4 = (s1_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
-        out7[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = view_4;
-    }
-    float view_5 = (s2_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
-        out7[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = view_5;
-    }
-    float view_6 = (s2_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
-        out7[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = view_6;
-    }
-    float view_7 = (s3_0 + w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)]);
-    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
-        out7[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = view_7;
-    }
-    float view_8 = (s3_1 + w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
-    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
-        out7[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = view_8;
+    float8 pv = (float8)(s0_0, s0_1, s1_0, s1_1, s2_0, s2_1, s3_0, s3_1) + (float8)(w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+     {
+        if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) out7[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = pv.s0;
+        if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) out7[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = pv.s1;
+        if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) out7[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = pv.s2;
+        if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) out7[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = pv.s3;
+        if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) out7[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = pv.s4;
+        if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) out7[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = pv.s5;
+        if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) out7[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = pv.s6;
+        if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) out7[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = pv.s7;
     }
 }
 
@@ -505,37 +471,17 @@ __kernel void k18_linear_unary(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float unary = (0.5f * (s0_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + ncd_erf((s0_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
-    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 24) {
-        out19[m0 * 24 + n0] = unary;
-    }
-    float unary_2 = (0.5f * (s0_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + ncd_erf((s0_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
-    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 24) {
-        out19[m0 * 24 + n1] = unary_2;
-    }
-    float unary_3 = (0.5f * (s1_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + ncd_erf((s1_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
-    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 24) {
-        out19[m1 * 24 + n0] = unary_3;
-    }
-    float unary_4 = (0.5f * (s1_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + ncd_erf((s1_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
-    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 24) {
-        out19[m1 * 24 + n1] = unary_4;
-    }
-    float unary_5 = (0.5f * (s2_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + ncd_erf((s2_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
-    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 24) {
-        out19[m2 * 24 + n0] = unary_5;
-    }
-    float unary_6 = (0.5f * (s2_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + ncd_erf((s2_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
-    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 24) {
-        out19[m2 * 24 + n1] = unary_6;
-    }
-    float unary_7 = (0.5f * (s3_0 + w_blocks_0_mlp_fc_bias[n0]) * (1.0f + ncd_erf((s3_0 + w_blocks_0_mlp_fc_bias[n0]) * 0.70710678118654752f)));
-    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 24) {
-        out19[m3 * 24 + n0] = unary_7;
-    }
-    float unary_8 = (0.5f * (s3_1 + w_blocks_0_mlp_fc_bias[n1]) * (1.0f + ncd_erf((s3_1 + w_blocks_0_mlp_fc_bias[n1]) * 0.70710678118654752f)));
-    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 24) {
-        out19[m3 * 24 + n1] = unary_8;
+    float8 pv = (float8)(s0_0, s0_1, s1_0, s1_1, s2_0, s2_1, s3_0, s3_1) + (float8)(w_blocks_0_mlp_fc_bias[n0], w_blocks_0_mlp_fc_bias[n1], w_blocks_0_mlp_fc_bias[n0], w_blocks_0_mlp_fc_bias[n1], w_blocks_0_mlp_fc_bias[n0], w_blocks_0_mlp_fc_bias[n1], w_blocks_0_mlp_fc_bias[n0], w_blocks_0_mlp_fc_bias[n1]);
+     {
+        float8 unary = (0.5f * pv * (1.0f + ncd_erf(pv * 0.70710678118654752f)));
+        if (mb * 4 + 0 < 13 && nb * 2 + 0 < 24) out19[m0 * 24 + n0] = unary.s0;
+        if (mb * 4 + 0 < 13 && nb * 2 + 1 < 24) out19[m0 * 24 + n1] = unary.s1;
+        if (mb * 4 + 1 < 13 && nb * 2 + 0 < 24) out19[m1 * 24 + n0] = unary.s2;
+        if (mb * 4 + 1 < 13 && nb * 2 + 1 < 24) out19[m1 * 24 + n1] = unary.s3;
+        if (mb * 4 + 2 < 13 && nb * 2 + 0 < 24) out19[m2 * 24 + n0] = unary.s4;
+        if (mb * 4 + 2 < 13 && nb * 2 + 1 < 24) out19[m2 * 24 + n1] = unary.s5;
+        if (mb * 4 + 3 < 13 && nb * 2 + 0 < 24) out19[m3 * 24 + n0] = unary.s6;
+        if (mb * 4 + 3 < 13 && nb * 2 + 1 < 24) out19[m3 * 24 + n1] = unary.s7;
     }
 }
 
@@ -733,28 +679,15 @@ __kernel void k13_linear(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    if (mb * 4 + 0 < 13 && nb * 2 + 0 < 11) {
-        out41[m0 * 11 + n0] = s0_0;
-    }
-    if (mb * 4 + 0 < 13 && nb * 2 + 1 < 11) {
-        out41[m0 * 11 + n1] = s0_1;
-    }
-    if (mb * 4 + 1 < 13 && nb * 2 + 0 < 11) {
-        out41[m1 * 11 + n0] = s1_0;
-    }
-    if (mb * 4 + 1 < 13 && nb * 2 + 1 < 11) {
-        out41[m1 * 11 + n1] = s1_1;
-    }
-    if (mb * 4 + 2 < 13 && nb * 2 + 0 < 11) {
-        out41[m2 * 11 + n0] = s2_0;
-    }
-    if (mb * 4 + 2 < 13 && nb * 2 + 1 < 11) {
-        out41[m2 * 11 + n1] = s2_1;
-    }
-    if (mb * 4 + 3 < 13 && nb * 2 + 0 < 11) {
-        out41[m3 * 11 + n0] = s3_0;
-    }
-    if (mb * 4 + 3 < 13 && nb * 2 + 1 < 11) {
-        out41[m3 * 11 + n1] = s3_1;
+    float8 pv = (float8)(s0_0, s0_1, s1_0, s1_1, s2_0, s2_1, s3_0, s3_1);
+     {
+        if (mb * 4 + 0 < 13 && nb * 2 + 0 < 11) out41[m0 * 11 + n0] = pv.s0;
+        if (mb * 4 + 0 < 13 && nb * 2 + 1 < 11) out41[m0 * 11 + n1] = pv.s1;
+        if (mb * 4 + 1 < 13 && nb * 2 + 0 < 11) out41[m1 * 11 + n0] = pv.s2;
+        if (mb * 4 + 1 < 13 && nb * 2 + 1 < 11) out41[m1 * 11 + n1] = pv.s3;
+        if (mb * 4 + 2 < 13 && nb * 2 + 0 < 11) out41[m2 * 11 + n0] = pv.s4;
+        if (mb * 4 + 2 < 13 && nb * 2 + 1 < 11) out41[m2 * 11 + n1] = pv.s5;
+        if (mb * 4 + 3 < 13 && nb * 2 + 0 < 11) out41[m3 * 11 + n0] = pv.s6;
+        if (mb * 4 + 3 < 13 && nb * 2 + 1 < 11) out41[m3 * 11 + n1] = pv.s7;
     }
 }
