@@ -243,3 +243,31 @@ def test_tiled_residual_epilogue_stays_per_element() -> None:
                for k in gen.kernels)  # projections adding the residual
     x = np.random.default_rng(1).standard_normal((9, 16)).astype(np.float32)
     _check(block, x, params=ncd.init(block))
+
+
+@pytest.mark.parametrize("cols", [24, 13])
+def test_elementwise_chain_runs_in_vector_mode(cols: int) -> None:
+    """A chain with no reduction vectorises along its output's unit-stride axis (scalar when
+    that axis is not a multiple of the vector width)."""
+    r, c = ncd.Axis("r", size=7), ncd.Axis("c", size=cols)
+    model = (ops.mul(2.0) >> ops.gelu() >> ops.add(1.0) >> ops.tanh()).over(r).over(c)
+    gen = generate(model.graph)
+    assert gen.kernels[0].style == ("vector" if cols % 8 == 0 else "pointwise")
+    x = np.random.default_rng(cols).standard_normal((7, cols)).astype(np.float32)
+    _check(model, x)
+
+
+def test_softmax_keeps_its_exponentials_in_the_output() -> None:
+    """A softmax whose value the kernel writes and nothing else reads stores exp(x - max)
+    in the output during the sum pass and rescales it in place: one exp per element."""
+    r, c = ncd.Axis("r", size=5), ncd.Axis("c", size=40)
+    alone = generate(ops.softmax(c).over(r).graph).kernels[0].text
+    assert alone.count("exp(") == 1
+    then = ops.softmax(c) >> ops.mul(3.0)
+    fused = generate(then.over(r).graph, fuse="local").kernels
+    assert len(fused) == 1 and fused[0].text.count("exp(") == 2  # read in-kernel: recomputed
+    x = np.random.default_rng(3).standard_normal((5, 40)).astype(np.float32)
+    got = ncd.compile(then.over(r), "opencl", fuse="local")(x)
+    np.testing.assert_allclose(got, ncd.run(then.over(r), x), rtol=1e-5, atol=1e-6)
+    _check(ops.softmax(c).over(r), x)
+    _check((ops.softmax(c) >> ops.mul(3.0)).over(r), x)

@@ -34,11 +34,13 @@ __kernel void k1_softmax(
     }
     float den = 0.0f;
     for (int i_x_3 = 0; i_x_3 < 13; ++i_x_3) {
-        den += exp(in1[i_q * 13 + i_x_3] - mx);
+        float e = exp(in1[i_q * 13 + i_x_3] - mx);
+        out2[i_q * 13 + i_x_3] = e;
+        den += e;
     }
     float inv = 1.0f / den;
     for (int i_x = 0; i_x < 13; ++i_x) {
-        float softmax = (exp(in1[i_q * 13 + i_x] - mx) * inv);
+        float softmax = (out2[i_q * 13 + i_x] * inv);
         out2[i_q * 13 + i_x] = softmax;
     }
 }

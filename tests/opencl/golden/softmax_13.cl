@@ -20,11 +20,13 @@ __kernel void k0_softmax(
     }
     float den = 0.0f;
     for (int i_x_3 = 0; i_x_3 < 13; ++i_x_3) {
-        den += exp(in0[i_r * 13 + i_x_3] - mx);
+        float e = exp(in0[i_r * 13 + i_x_3] - mx);
+        out1[i_r * 13 + i_x_3] = e;
+        den += e;
     }
     float inv = 1.0f / den;
     for (int i_x = 0; i_x < 13; ++i_x) {
-        float softmax = (exp(in0[i_r * 13 + i_x] - mx) * inv);
+        float softmax = (out1[i_r * 13 + i_x] * inv);
         out1[i_r * 13 + i_x] = softmax;
     }
 }

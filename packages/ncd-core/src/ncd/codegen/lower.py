@@ -133,6 +133,11 @@ class KernelGen:
             return any(b.var in self.vec_vars for b in self.w.stack)
         return any(re.search(rf"\b{v}\b", text) for v in self.vec_vars)
 
+    def write_target(self, b: Buffer, index: Mapping[Axis, str]) -> str:
+        """The lvalue of ``b`` at ``index`` (a vector inside a vector loop along ``b``)."""
+        addr = b.address(index)
+        return self.vector_at(b, addr) if self.in_vector(addr) else f"{b.name}[{addr}]"
+
     def read(self, b: Buffer, index: Mapping[Axis, str]) -> str:
         addr = b.address(index)
         if self.in_vector(addr):  # unit stride along the vector axis (checked by the template)
@@ -257,8 +262,11 @@ class KernelGen:
 
     # -- the pointwise driver ------------------------------------------------------------------------
     def serial_axes(self) -> set[Axis]:
-        """Axes a work-item must walk itself: normalised/streamed axes of member nodes."""
+        """Axes a work-item must walk itself: normalised/streamed axes of member nodes, and
+        the vector axis in vector mode."""
         out: set[Axis] = set(self.kernel.streamed)
+        if self.vec is not None:
+            out.add(self.vec)
         for i in self.kernel.nodes:
             op = self.graph.nodes[i].op
             if op.category == "normaliser":
@@ -334,9 +342,7 @@ class KernelGen:
 
         def body(index: dict[Axis, str], rest: list[Axis]) -> None:
             if not rest:
-                addr = out.address(index)
-                dst = self.vector_at(out, addr) if self.in_vector(addr) else f"{out.name}[{addr}]"
-                self.w.line(f"{dst} = {self.load(v, index)};")
+                self.w.line(f"{self.write_target(out, index)} = {self.load(v, index)};")
                 return
             with self.loop(rest[0]) as i:
                 body({**index, rest[0]: i}, rest[1:])

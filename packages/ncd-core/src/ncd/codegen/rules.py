@@ -169,14 +169,37 @@ def _softmax(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.Softmax = node.op  # type: ignore[assignment]
     core = (op.axis,)
 
+    out = _scratch(gen, node)
+
+    def weight(env: Mapping[Axis, str]) -> str:
+        e = f"{gen.fn('exp')}({_ins(gen, node, env)} - {m})"
+        if out is None:
+            return e
+        e = gen.let(e, "e")  # kept in the output, so the final pass needs no second exp
+        gen.w.line(f"{gen.write_target(out, env)} = {e};")
+        return e
+
     def stats() -> tuple[str, str]:
+        nonlocal m
         m = gen.accumulate(core, index, "max", lambda env: _ins(gen, node, env), "mx")
-        s = gen.accumulate(core, index, "sum",
-                           lambda env: f"{gen.fn('exp')}({_ins(gen, node, env)} - {m})", "den")
+        s = gen.accumulate(core, index, "sum", weight, "den")
         return m, gen.let(f"1.0f / {s}", "inv")
 
+    m = ""
     m, inv = gen.shared(("softmax", *_row_key(node, index, core)), _outer(index, core), stats)
+    if out is not None:
+        return f"({gen.read(out, index)} * {inv})"
     return f"({gen.fn('exp')}({_ins(gen, node, index)} - {m}) * {inv})"
+
+
+def _scratch(gen: KernelGen, node: Node) -> Any:
+    """The output buffer of ``node``'s value when the kernel writes that value and nothing in
+    the kernel reads it: a normaliser may keep per-element work there between its passes
+    (each element is read back by the write of the same element, before it is overwritten)."""
+    v = node.outputs[0]
+    if v not in gen.kernel.outputs or any(c in gen.members for c in gen.graph.consumers[v]):
+        return None
+    return gen.value_buffer(v, output=True)
 
 
 @codegen_rule(L.L2Norm)

@@ -1,7 +1,7 @@
 """Row kernels with explicit vector types: normalisers and reductions over one contiguous axis.
 
-A kernel whose only reduced or normalised axis ``a`` is the unit-stride axis of every array it
-touches is rendered by the pointwise driver in *vector mode*: loops over ``a`` step by the
+A kernel whose only reduced or normalised axis ``a`` (for an elementwise kernel: its output's
+last axis) is the unit-stride axis of every array it touches is rendered by the pointwise driver in *vector mode*: loops over ``a`` step by the
 dialect's vector width, reads and writes along ``a`` are vector loads and stores, accumulators
 are vectors reduced across lanes once per row. On PoCL's CPU device this is what vectorises the
 exponentials of a softmax (``exp(float8)`` runs the vectorised library routine; the scalar loop
@@ -36,6 +36,10 @@ def vector_template(gen: KernelGen) -> KernelSource | None:
     if not width or k.streamed:
         return None
     axes = _reduced(gen)
+    if not axes:  # elementwise: vectorise along the last output's unit-stride axis
+        last = k.outputs[-1]
+        order = gen.layouts.get(last, gen.graph.values[last].axes)
+        axes = {order[-1]} if order else set()
     if len(axes) != 1:
         return None
     (a,) = axes
@@ -57,7 +61,7 @@ def vector_template(gen: KernelGen) -> KernelSource | None:
         for p in g.nodes[i].op.params():
             if a in p.axes and p.axes[-1] != a:
                 return None
+    gen.vec = a  # a work-item walks the rows of ``a`` (``serial_axes``)
     if a in gen.grid():
         return None
-    gen.vec = a
     return gen.render("vector")
