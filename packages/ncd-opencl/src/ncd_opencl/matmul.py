@@ -100,16 +100,16 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     if local:
         _local_tiles(gen, xb, wb, m_axes, n_axes, op.in_axes, msz, nsz, kdim)
     else:
-        with w.block(f"for (int k0 = 0; k0 < {kv}; k0 += {KC})"):
-            with w.block(f"for (int k = k0; k < min(k0 + {KC}, {kv}); k += {VW})"):
-                for i in range(RM):
-                    # a pointer cast, not vload8: PoCL's vload8 is a library call
-                    w.line(f"const float{VW} x{i} = *({gen.dialect.global_} const {vt}*)(a{i} + k);")
+        with (w.block(f"for (int k0 = 0; k0 < {kv}; k0 += {KC})"),
+              w.block(f"for (int k = k0; k < min(k0 + {KC}, {kv}); k += {VW})")):
+            for i in range(RM):
+                # a pointer cast, not vload8: PoCL's vload8 is a library call
+                w.line(f"const float{VW} x{i} = *({gen.dialect.global_} const {vt}*)(a{i} + k);")
+            for j in range(RN):
+                w.line(f"const float{VW} y{j} = *({gen.dialect.global_} const {vt}*)(b{j} + k);")
+            for i in range(RM):
                 for j in range(RN):
-                    w.line(f"const float{VW} y{j} = *({gen.dialect.global_} const {vt}*)(b{j} + k);")
-                for i in range(RM):
-                    for j in range(RN):
-                        w.line(f"c{i}_{j} += x{i} * y{j};")
+                    w.line(f"c{i}_{j} += x{i} * y{j};")
     sums = {}
     for i in range(RM):
         for j in range(RN):

@@ -171,7 +171,7 @@ def _softmax(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 
     out = _scratch(gen, node)
 
-    def weight(env: Mapping[Axis, str]) -> str:
+    def weight(env: Mapping[Axis, str], m: str) -> str:
         e = f"{gen.fn('exp')}({_ins(gen, node, env)} - {m})"
         if out is None:
             return e
@@ -180,12 +180,10 @@ def _softmax(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
         return e
 
     def stats() -> tuple[str, str]:
-        nonlocal m
         m = gen.accumulate(core, index, "max", lambda env: _ins(gen, node, env), "mx")
-        s = gen.accumulate(core, index, "sum", weight, "den")
+        s = gen.accumulate(core, index, "sum", lambda env: weight(env, m), "den")
         return m, gen.let(f"1.0f / {s}", "inv")
 
-    m = ""
     m, inv = gen.shared(("softmax", *_row_key(node, index, core)), _outer(index, core), stats)
     if out is not None:
         return f"({gen.read(out, index)} * {inv})"
