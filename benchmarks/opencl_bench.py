@@ -7,7 +7,8 @@ generation and the OpenCL build. Both start cold (fresh program, PoCL and induct
 unless --warm; within one run, workloads whose kernels were already built (deeper transformers
 share their layers' kernels with shallower ones) hit ncd's in-memory program cache. The last two ratio columns divide ncd by torch.compile: steady forward, and the seeds'
 measure (first call + 10 forwards).
-tinygrad is not run here (it needs a separate venv; see docs/opencl.md).
+tinygrad runs from its own virtual environment: benchmarks/tinygrad_peer.py prints the same
+workloads on the same PoCL device.
 
     python benchmarks/opencl_bench.py            # the sizes (minutes on 2 cores)
     python benchmarks/opencl_bench.py --quick    # small sizes, seconds
