@@ -1,5 +1,6 @@
 """The OpenCL backend against the reference interpreter: ncd.testing's conformance suite, with
-the local planner (fused) and with one kernel per op (unfused)."""
+ncd.fuse's plan, the local planner, one kernel per op (unfused), and matmul tiles in
+__local memory."""
 
 from __future__ import annotations
 
@@ -29,3 +30,10 @@ class TestOpenCLLocalPlanner(BackendConformance):
 
     target = "opencl"
     compile_options: ClassVar[dict[str, Any]] = {"fuse": "local"}
+
+
+class TestOpenCLLocalMemory(BackendConformance):
+    """Matmul tiles staged in ``__local`` memory (the GPU default), run on PoCL."""
+
+    target = "opencl"
+    compile_options: ClassVar[dict[str, Any]] = {"local_memory": True}
