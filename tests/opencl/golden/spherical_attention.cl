@@ -59,10 +59,18 @@ __kernel void k0_einsum_l2norm(
             }
             sc_4[i_x - x0] = i_x < 13 ? dot_4 : 0.0f;
         }
-        for (int t = 0; t < 13; ++t) ss += sc[t] * sc[t];
-        for (int t = 0; t < 13; ++t) ss_2 += sc_2[t] * sc_2[t];
-        for (int t = 0; t < 13; ++t) ss_3 += sc_3[t] * sc_3[t];
-        for (int t = 0; t < 13; ++t) ss_4 += sc_4[t] * sc_4[t];
+        float qv = 0.0f;
+        for (int u = 0; u < 13; ++u) qv += sc[u] * sc[u];
+        ss += qv;
+        float qv_2 = 0.0f;
+        for (int u = 0; u < 13; ++u) qv_2 += sc_2[u] * sc_2[u];
+        ss_2 += qv_2;
+        float qv_3 = 0.0f;
+        for (int u = 0; u < 13; ++u) qv_3 += sc_3[u] * sc_3[u];
+        ss_3 += qv_3;
+        float qv_4 = 0.0f;
+        for (int u = 0; u < 13; ++u) qv_4 += sc_4[u] * sc_4[u];
+        ss_4 += qv_4;
         for (int t = 0; t < 13; ++t) {
             float p = sc[t];
             float p_2 = sc_2[t];

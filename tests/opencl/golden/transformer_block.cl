@@ -142,36 +142,40 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
             float causal_mask_4 = ((min(i_seq_k, 6)) <= (i_seq_3) + 0 ? scale_4 : -INFINITY);
             sc_4[i_seq_k - seq_k0] = i_seq_k < lim ? causal_mask_4 : -3.402823466e38f;
         }
-        float mb = m;
-        for (int t = 0; t < 7; ++t) mb = NCD_FMAX(mb, sc[t]);
+        float mv = sc[0];
+        for (int u = 1; u < 7; ++u) mv = NCD_FMAX(mv, sc[u]);
+        float mb = NCD_FMAX(m, mv);
         float c = exp(m - mb);
-        float ls = 0.0f;
-        for (int t = 0; t < 7; ++t) { sc[t] = exp(sc[t] - mb); ls += sc[t]; }
-        l = l * c + ls;
+        float ps = 0.0f;
+        for (int u = 0; u < 7; ++u) { sc[u] = exp(sc[u] - mb); ps += sc[u]; }
+        l = l * c + ps;
         m = mb;
         for (int j = 0; j < 5; ++j) acc[j] *= c;
-        float mb_2 = m_2;
-        for (int t = 0; t < 7; ++t) mb_2 = NCD_FMAX(mb_2, sc_2[t]);
+        float mv_2 = sc_2[0];
+        for (int u = 1; u < 7; ++u) mv_2 = NCD_FMAX(mv_2, sc_2[u]);
+        float mb_2 = NCD_FMAX(m_2, mv_2);
         float c_2 = exp(m_2 - mb_2);
-        float ls_2 = 0.0f;
-        for (int t = 0; t < 7; ++t) { sc_2[t] = exp(sc_2[t] - mb_2); ls_2 += sc_2[t]; }
-        l_2 = l_2 * c_2 + ls_2;
+        float ps_2 = 0.0f;
+        for (int u = 0; u < 7; ++u) { sc_2[u] = exp(sc_2[u] - mb_2); ps_2 += sc_2[u]; }
+        l_2 = l_2 * c_2 + ps_2;
         m_2 = mb_2;
         for (int j = 0; j < 5; ++j) acc_2[j] *= c_2;
-        float mb_3 = m_3;
-        for (int t = 0; t < 7; ++t) mb_3 = NCD_FMAX(mb_3, sc_3[t]);
+        float mv_3 = sc_3[0];
+        for (int u = 1; u < 7; ++u) mv_3 = NCD_FMAX(mv_3, sc_3[u]);
+        float mb_3 = NCD_FMAX(m_3, mv_3);
         float c_3 = exp(m_3 - mb_3);
-        float ls_3 = 0.0f;
-        for (int t = 0; t < 7; ++t) { sc_3[t] = exp(sc_3[t] - mb_3); ls_3 += sc_3[t]; }
-        l_3 = l_3 * c_3 + ls_3;
+        float ps_3 = 0.0f;
+        for (int u = 0; u < 7; ++u) { sc_3[u] = exp(sc_3[u] - mb_3); ps_3 += sc_3[u]; }
+        l_3 = l_3 * c_3 + ps_3;
         m_3 = mb_3;
         for (int j = 0; j < 5; ++j) acc_3[j] *= c_3;
-        float mb_4 = m_4;
-        for (int t = 0; t < 7; ++t) mb_4 = NCD_FMAX(mb_4, sc_4[t]);
+        float mv_4 = sc_4[0];
+        for (int u = 1; u < 7; ++u) mv_4 = NCD_FMAX(mv_4, sc_4[u]);
+        float mb_4 = NCD_FMAX(m_4, mv_4);
         float c_4 = exp(m_4 - mb_4);
-        float ls_4 = 0.0f;
-        for (int t = 0; t < 7; ++t) { sc_4[t] = exp(sc_4[t] - mb_4); ls_4 += sc_4[t]; }
-        l_4 = l_4 * c_4 + ls_4;
+        float ps_4 = 0.0f;
+        for (int u = 0; u < 7; ++u) { sc_4[u] = exp(sc_4[u] - mb_4); ps_4 += sc_4[u]; }
+        l_4 = l_4 * c_4 + ps_4;
         m_4 = mb_4;
         for (int j = 0; j < 5; ++j) acc_4[j] *= c_4;
         for (int t = 0; t < 7; ++t) {

@@ -102,14 +102,10 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     else:
         with (w.block(f"for (int k0 = 0; k0 < {kv}; k0 += {KC})"),
               w.block(f"for (int k = k0; k < min(k0 + {KC}, {kv}); k += {VW})")):
-            for i in range(RM):
-                # a pointer cast, not vload8: PoCL's vload8 is a library call
-                w.line(f"const float{VW} x{i} = *({gen.dialect.global_} const {vt}*)(a{i} + k);")
-            for j in range(RN):
-                w.line(f"const float{VW} y{j} = *({gen.dialect.global_} const {vt}*)(b{j} + k);")
-            for i in range(RM):
-                for j in range(RN):
-                    w.line(f"c{i}_{j} += x{i} * y{j};")
+            # pointer casts, not vload8: PoCL's vload8 is a library call
+            g_ = gen.dialect.global_
+            _multiply(gen, lambda i: f"*({g_} const {vt}*)(a{i} + k)",
+                      lambda j: f"*({g_} const {vt}*)(b{j} + k)")
     sums = {}
     for i in range(RM):
         for j in range(RN):
@@ -207,14 +203,21 @@ def _local_tiles(gen: KernelGen, xb: Any, wb: Any, m_axes: tuple[Axis, ...],
                 w.line(f"{tile}[r][kk] = k0 + kk < {kdim} ? {buf.name}[{base} + k0 + kk] : 0.0f;")
         w.line(d.barrier)
         with w.block(f"for (int k = 0; k < {KL}; k += {VW})"):
-            for i in range(RM):
-                w.line(f"const float{VW} x{i} = *({d.local} const float{VW}*)(&xs[ly + {i}][k]);")
-            for j in range(RN):
-                w.line(f"const float{VW} y{j} = *({d.local} const float{VW}*)(&ws[lx + {j}][k]);")
-            for i in range(RM):
-                for j in range(RN):
-                    w.line(f"c{i}_{j} += x{i} * y{j};")
+            _multiply(gen, lambda i: f"*({d.local} const float{VW}*)(&xs[ly + {i}][k])",
+                      lambda j: f"*({d.local} const float{VW}*)(&ws[lx + {j}][k])")
         w.line(d.barrier)
+
+
+def _multiply(gen: KernelGen, row: Any, col: Any) -> None:
+    """One step of the block product: ``RM`` row vectors and ``RN`` column vectors loaded (by
+    the expressions ``row(i)``, ``col(j)``), then ``c_ij += x_i * y_j``."""
+    for i in range(RM):
+        gen.w.line(f"const float{VW} x{i} = {row(i)};")
+    for j in range(RN):
+        gen.w.line(f"const float{VW} y{j} = {col(j)};")
+    for i in range(RM):
+        for j in range(RN):
+            gen.w.line(f"c{i}_{j} += x{i} * y{j};")
 
 
 def _split(gen: KernelGen, axes: tuple[Axis, ...], flat: str) -> dict[Axis, str]:

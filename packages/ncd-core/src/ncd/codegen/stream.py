@@ -31,17 +31,15 @@ class StreamAccumulator:
     """How one normaliser streams: ``init`` declares state, ``step(s)`` returns (rescale of the
     old acc or None, weight of this term), ``scale`` the final factor applied to acc.
     ``block(sc, n)`` does a chunk at once: it turns the scores ``sc[0..n)`` into weights in
-    place and returns the rescale of the old acc (or None); ``pad`` fills scores past the end;
-    ``vblock`` is ``block`` on vectors, used where the dialect has vector types.
+    place and returns the rescale of the old acc (or None); with ``vec`` the chunk is ``n``
+    vectors of the dialect's width; ``pad`` fills scores past the end.
     """
 
     init: Callable[[KernelGen, Node], dict[str, str]]
     step: Callable[[KernelGen, Node, dict[str, str], str], tuple[str | None, str]]
     scale: Callable[[KernelGen, Node, dict[str, str]], str]
-    block: Callable[[KernelGen, Node, dict[str, str], str, int], str | None] | None = None
+    block: Callable[[KernelGen, Node, dict[str, str], str, int, bool], str | None] | None = None
     pad: str = "0.0f"
-    #: ``block`` over ``nv`` vectors ``scv[0..nv)`` of the dialect's width (same contract).
-    vblock: Callable[[KernelGen, Node, dict[str, str], str, int], str | None] | None = None
 
 
 def _softmax_init(gen: KernelGen, node: Node) -> dict[str, str]:
@@ -58,44 +56,29 @@ def _softmax_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tup
     return c, p
 
 
-def _softmax_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int) -> str:
-    # one max and one rescale per chunk; the chunk's exponentials form a loop PoCL vectorises
-    w = gen.w
-    mb = gen.var(st["m"], "mb")
-    w.line(f"for (int t = 0; t < {n}; ++t) {mb} = {gen.fn('fmax')}({mb}, {sc}[t]);")
-    c = gen.let(f"{gen.fn('exp')}({st['m']} - {mb})", "c")
-    ls = gen.var("0.0f", "ls")
-    w.line(f"for (int t = 0; t < {n}; ++t) {{ {sc}[t] = {gen.fn('exp')}({sc}[t] - {mb}); "
-           f"{ls} += {sc}[t]; }}")
-    w.line(f"{st['l']} = {st['l']} * {c} + {ls};")
+def _softmax_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int,
+                   vec: bool = False) -> str:
+    # one max and one rescale per chunk; the chunk's exponentials form one loop (on vectors,
+    # exp(floatN) is a single vectorised call)
+    w, fmax, exp = gen.w, gen.fn("fmax"), gen.fn("exp")
+    t = gen.vtype if vec else "float"
+    mv = gen.var(f"{sc}[0]", "mv", t)
+    w.line(f"for (int u = 1; u < {n}; ++u) {mv} = {fmax}({mv}, {sc}[u]);")
+    mb = gen.let(f"{fmax}({st['m']}, {gen.across_lanes(mv, 'max') if vec else mv})", "mb")
+    c = gen.let(f"{exp}({st['m']} - {mb})", "c")
+    ps = gen.var(f"({t})(0.0f)" if vec else "0.0f", "ps", t)
+    w.line(f"for (int u = 0; u < {n}; ++u) {{ {sc}[u] = {exp}({sc}[u] - {mb}); {ps} += {sc}[u]; }}")
+    w.line(f"{st['l']} = {st['l']} * {c} + {gen.across_lanes(ps, 'sum') if vec else ps};")
     w.line(f"{st['m']} = {mb};")
     return c
 
 
-def _softmax_vblock(gen: KernelGen, node: Node, st: dict[str, str], scv: str, nv: int) -> str:
-    # the chunk's max and exponentials on whole vectors: exp(floatN) is one vectorised call
-    w, vt, fmax = gen.w, gen.vtype, gen.fn("fmax")
-    mv = gen.var(f"{scv}[0]", "mv", vt)
-    w.line(f"for (int u = 1; u < {nv}; ++u) {mv} = {fmax}({mv}, {scv}[u]);")
-    mb = gen.let(f"{fmax}({st['m']}, {gen.across_lanes(mv, 'max')})", "mb")
-    c = gen.let(f"{gen.fn('exp')}({st['m']} - {mb})", "c")
-    ps = gen.var(f"({vt})(0.0f)", "ps", vt)
-    w.line(f"for (int u = 0; u < {nv}; ++u) {{ {scv}[u] = {gen.fn('exp')}({scv}[u] - {mb}); "
-           f"{ps} += {scv}[u]; }}")
-    w.line(f"{st['l']} = {st['l']} * {c} + {gen.across_lanes(ps, 'sum')};")
-    w.line(f"{st['m']} = {mb};")
-    return c
-
-
-def _l2_vblock(gen: KernelGen, node: Node, st: dict[str, str], scv: str, nv: int) -> None:
-    qv = gen.var(f"({gen.vtype})(0.0f)", "qv", gen.vtype)
-    gen.w.line(f"for (int u = 0; u < {nv}; ++u) {qv} += {scv}[u] * {scv}[u];")
-    gen.w.line(f"{st['ss']} += {gen.across_lanes(qv, 'sum')};")
-    return None
-
-
-def _l2_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int) -> None:
-    gen.w.line(f"for (int t = 0; t < {n}; ++t) {st['ss']} += {sc}[t] * {sc}[t];")
+def _l2_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int,
+              vec: bool = False) -> None:
+    t = gen.vtype if vec else "float"
+    qv = gen.var(f"({t})(0.0f)" if vec else "0.0f", "qv", t)
+    gen.w.line(f"for (int u = 0; u < {n}; ++u) {qv} += {sc}[u] * {sc}[u];")
+    gen.w.line(f"{st['ss']} += {gen.across_lanes(qv, 'sum') if vec else qv};")
     return None
 
 
@@ -111,11 +94,11 @@ def _l2_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tuple[st
 STREAM_ACCUMULATORS: dict[type, StreamAccumulator] = {
     L.Softmax: StreamAccumulator(_softmax_init, _softmax_step,
                                  lambda g, n, st: f"(1.0f / {st['l']})", _softmax_block,
-                                 "-3.402823466e38f", _softmax_vblock),
+                                 "-3.402823466e38f"),
     L.L2Norm: StreamAccumulator(
         _l2_init, _l2_step,
         lambda g, n, st: f"{g.fn('rsqrt')}({st['ss']} + {g.lit(n.op.eps)})",  # type: ignore[attr-defined]
-        _l2_block, "0.0f", _l2_vblock),
+        _l2_block, "0.0f"),
 }
 
 
@@ -333,7 +316,7 @@ def _rows_template(gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: N
             envs.append({a: i if a == row or gen.root(a) == row else e for a, e in env.items()})
     width = gen.dialect.vector_width
     vec = _vector_axis(gen, node, other, env)
-    vectors = bool(width) and rule.vblock is not None and n % width == 0
+    vectors = bool(width) and n % width == 0
     accs = []
     for e in envs:
         acc = _Acc(gen, node, e, vec)
@@ -366,12 +349,9 @@ def _rows_template(gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: N
                 s = gen.load(norm.inputs[0], {**e, **_alias_x(gen, x, f"min({ix}, {last})")})
                 w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {rule.pad};")
         for acc, sc in zip(accs, scs, strict=True):
-            if vectors:
-                assert rule.vblock is not None
-                rescale = rule.vblock(gen, norm, acc.state, f"{sc}v", n // width)
-            else:
-                assert rule.block is not None
-                rescale = rule.block(gen, norm, acc.state, sc, n)
+            assert rule.block is not None
+            rescale = (rule.block(gen, norm, acc.state, f"{sc}v", n // width, True) if vectors
+                       else rule.block(gen, norm, acc.state, sc, n, False))
             if rescale is not None:
                 acc.rescale(gen, rescale)
         t = gen.unique("t")
