@@ -4,6 +4,7 @@ fresh outputs, inputs left untouched."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import ncd
 from ncd import ops
@@ -40,3 +41,34 @@ def test_each_call_returns_a_fresh_output() -> None:
     assert out_a is not out_b
     np.testing.assert_array_equal(out_a, kept)  # the second call did not overwrite the first
     np.testing.assert_allclose(out_b, ncd.run(model, b), rtol=1e-5, atol=1e-6)
+
+
+def test_out_arrays_are_written_and_returned() -> None:
+    model = _softmax_rows(13, 24)
+    exe = ncd.compile(model, "opencl")
+    x = np.random.default_rng(1).standard_normal((13, 24)).astype(np.float32)
+    buf = np.full((13, 24), np.nan, np.float32)
+    got = exe(x, out=buf)
+    assert got is buf
+    np.testing.assert_allclose(buf, ncd.run(model, x), rtol=1e-5, atol=1e-6)
+    again = exe(2 * x, out=(buf,))  # a tuple, one array per output
+    np.testing.assert_allclose(again, ncd.run(model, 2 * x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [
+    np.empty((13, 23), np.float32),  # wrong shape
+    np.empty((13, 24), np.float64),  # wrong dtype
+    np.empty((24, 13), np.float32).T,  # not C-contiguous
+])
+def test_bad_out_is_a_size_error_naming_the_output(bad: np.ndarray) -> None:
+    exe = ncd.compile(_softmax_rows(13, 24), "opencl")
+    x = np.zeros((13, 24), np.float32)
+    with pytest.raises(ncd.SizeError, match=r"out\[0\]"):
+        exe(x, out=bad)
+
+
+def test_out_sharing_memory_with_an_input_is_refused() -> None:
+    exe = ncd.compile(_softmax_rows(13, 24), "opencl")
+    x = np.zeros((13, 24), np.float32)
+    with pytest.raises(ncd.SizeError, match="shares memory"):
+        exe(x, out=x)

@@ -82,11 +82,13 @@ class Compiled:
                 else values[b.value] for b in src.buffers]
         kern(self.queue, src.global_size, src.local_size, *args)
 
-    def run(self, arrays: list[np.ndarray], params: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Inputs in, outputs out. On a device sharing host memory (PoCL's CPU device) the
-        kernels read the input arrays and write the output arrays in place (``USE_HOST_PTR``
-        buffers, mapped once at the end for coherence; vector accesses need only element
-        alignment, see the dialect); elsewhere they are copied."""
+    def run(self, arrays: list[np.ndarray], params: dict[str, np.ndarray],
+            out: list[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Inputs in, outputs out (into ``out`` when given, checked by ``check_out``). On a
+        device sharing host memory (PoCL's CPU device) the kernels read the input arrays and
+        write the output arrays in place (``USE_HOST_PTR`` buffers, mapped once at the end for
+        coherence; vector accesses need only element alignment, see the dialect); elsewhere
+        they are copied."""
         import pyopencl as cl
 
         g, mf = self.graph, cl.mem_flags
@@ -100,8 +102,8 @@ class Compiled:
                 else:
                     cl.enqueue_copy(self.queue, values[v], host)
         outs = []
-        for v in g.outputs:
-            host = np.empty(g.shape(v), dtype=_dtype(g, v))
+        for k, v in enumerate(g.outputs):
+            host = out[k] if out is not None else np.empty(g.shape(v), dtype=_dtype(g, v))
             if v in values and v not in g.inputs and self.zero_copy and host.nbytes:
                 values[v] = cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
                 mapped.append((values[v], host))
@@ -125,6 +127,30 @@ def _dtype(g: Graph, v: int) -> Any:
     return np.int64 if g.values[v].dtype == "int64" else np.float32
 
 
+def check_out(g: Graph, out: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """``out=``: one array per model output, of its shape and dtype, C-contiguous, writeable,
+    sharing no memory with an input (kernels read inputs while they write outputs)."""
+    from ncd.errors import SizeError
+
+    outs = [out] if isinstance(out, np.ndarray) else list(out)
+    if len(outs) != len(g.outputs):
+        raise SizeError(f"out= holds {len(outs)} array(s); the model has {len(g.outputs)} "
+                        "output(s)")
+    for k, (v, arr) in enumerate(zip(g.outputs, outs, strict=True)):
+        want, dt = g.shape(v), np.dtype(_dtype(g, v))
+        axes = ", ".join(a.describe() for a in g.values[v].axes)
+        if not isinstance(arr, np.ndarray) or arr.shape != want or arr.dtype != dt:
+            got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
+            raise SizeError(f"out[{k}] is {got}; output {k} is {want} {dt} over ({axes})")
+        if not arr.flags.c_contiguous or not arr.flags.writeable:
+            raise SizeError(f"out[{k}] must be C-contiguous and writeable (output {k} over "
+                            f"({axes}))")
+        if any(np.shares_memory(arr, x) for x in inputs):
+            raise SizeError(f"out[{k}] shares memory with an input; kernels read their inputs "
+                            "while writing outputs, so give a separate array")
+    return outs
+
+
 class OpenCLExecutable(Executable):
     def __init__(self, model: Any, device: str | None = None, fast_math: bool = True,
                  fuse: bool | str = True, tiled: bool = True,
@@ -139,11 +165,14 @@ class OpenCLExecutable(Executable):
             self._built[key] = Compiled(graph, *self.options)
         return self._built[key]
 
-    def __call__(self, *inputs: Any, params: Any = None) -> Any:
+    def __call__(self, *inputs: Any, params: Any = None, out: Any = None) -> Any:
+        """Run on NumPy arrays. ``out``: an array (or a tuple, one per output) to write into
+        instead of fresh ones, e.g. to reuse memory across calls; it is returned."""
         from ncd.reference import prepare
 
         graph, arrays, ps = prepare(self.model, inputs, params)
-        outs = self.compiled(graph).run(arrays, ps)
+        given = None if out is None else check_out(graph, out, arrays)
+        outs = self.compiled(graph).run(arrays, ps, given)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
