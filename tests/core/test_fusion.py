@@ -125,3 +125,21 @@ def test_every_conformance_case_gets_a_valid_plan(name: str) -> None:
     _check_plan(plan)
     for k in plan.kernels:
         k.accumulators()  # the analysis of every streamed kernel succeeds
+
+
+@pytest.mark.parametrize("norm", [ops.softmax, ops.layernorm, ops.rmsnorm, ops.l2norm])
+def test_elementwise_after_a_normaliser_joins_its_kernel(norm) -> None:  # type: ignore[no-untyped-def]
+    """Each instance of the normaliser's kernel walks the row whole already; an activation or
+    scale after it maps each element alone, so it fuses without losing parallelism."""
+    r, c = ncd.Axis("r", size=5), ncd.Axis("c", size=40)
+    plan = ncd.fuse((norm(c) >> ops.gelu() >> ops.mul(2.0)).over(r))
+    assert len(plan.kernels) == 1
+    assert [a.name for a in plan.kernels[0].grouped] == ["r"]
+
+
+def test_a_matmul_after_a_normaliser_stays_apart() -> None:
+    """A linear map after a layernorm is no elementwise unit: fusing it would recompute the
+    statistics for every output column, so the boundary stays."""
+    r, c = ncd.Axis("r", size=5), ncd.Axis("c", size=40)
+    plan = ncd.fuse((ops.layernorm(c) >> ops.linear(c, ncd.Axis("o", size=8))).over(r))
+    assert len(plan.kernels) == 2

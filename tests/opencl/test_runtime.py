@@ -271,3 +271,15 @@ def test_softmax_keeps_its_exponentials_in_the_output() -> None:
     np.testing.assert_allclose(got, ncd.run(then.over(r), x), rtol=1e-5, atol=1e-6)
     _check(ops.softmax(c).over(r), x)
     _check((ops.softmax(c) >> ops.mul(3.0)).over(r), x)
+
+
+@pytest.mark.parametrize("cols", [24, 13])
+@pytest.mark.parametrize("norm", [ops.softmax, ops.layernorm, ops.rmsnorm])
+def test_normaliser_with_fused_activation(norm, cols: int) -> None:  # type: ignore[no-untyped-def]
+    r, c = ncd.Axis("r", size=7), ncd.Axis("c", size=cols)
+    model = (norm(c) >> ops.gelu() >> ops.mul(2.0)).over(r)
+    gen = generate(model.graph)
+    assert len(gen.kernels) == 1
+    x = np.random.default_rng(cols).standard_normal((7, cols)).astype(np.float32)
+    params = ncd.init(model, seed=1)
+    _check(model, x, params=params or None)

@@ -9,7 +9,8 @@ first reader) into the kernel producing its input, else into a kernel reading th
 2. every axis some op reduces on a value produced inside the kernel is either left whole or is
    the one streamed axis, and streaming it passes ``ncd.streaming.analyse_stream``;
 3. no parallelism is lost: the merged kernel can still group every axis the kernel grouped
-   (bar the one now streamed) and, without a stream, every axis the unit grouped.
+   (bar the one now streamed) and, without a stream, every axis the unit grouped except those
+   the kernel already reduces (or, for an elementwise unit, normalises) whole.
 
 Axes a kernel can group are those every node lifts or maps index for index (renames carry them
 to a new identity). The first reason a merge fails is kept as the boundary's reason.
@@ -175,10 +176,16 @@ def _schedule(graph: Graph, nodes: list[int], old: tuple[Axis | None, list[Axis]
     reduced = _internal_reduced(graph, nodes)
     options: list[Axis | None] = [old_stream] if old_stream is not None else [None, *reduced]
     # The unit may give up grouping an axis only when the kernel reduces it (the stream then
-    # carries it, as attention's output over d or the MLP's over d_model).
-    old_nodes = [i for i in nodes if i not in set(unit or ())]
+    # carries it, as attention's output over d or the MLP's over d_model), or, for an
+    # elementwise unit, normalises it or needs it whole: each instance already walks that
+    # axis whole and the unit maps each element alone (a layernorm's activation).
+    unit_set = set(unit or ())
+    old_nodes = [i for i in nodes if i not in unit_set]
+    elementwise = bool(unit_set) and all(graph.nodes[i].op.category == "elementwise"
+                                         for i in unit_set)
+    given_up = ("normalise", "whole", *REDUCING) if elementwise else REDUCING
     reduced_by_old = {a for i in old_nodes for a in _axes(graph, [i])
-                      if role(graph.nodes[i], a) in REDUCING}
+                      if role(graph.nodes[i], a) in given_up}
     outs = kernel_io(graph, nodes)[1]
     first_reason = ""
     for stream in options:
