@@ -132,3 +132,46 @@ def test_gpt2_fused_qkv_split_becomes_three_linears():
     assert imported.params["c_attn_1.weight"].shape == (3, 4, 12)
     text = imported.model.explain()
     assert "c_attn_0: [d_model -> heads d_head]" in text and "c_proj: [heads d_head -> d_model]" in text
+
+
+class NanoAttention(nn.Module):
+    """Causal self-attention written the usual nanoGPT way: one c_attn split in three, heads by
+    view + transpose, and a registered tril buffer sliced to the sequence and used in
+    masked_fill."""
+
+    def __init__(self, d: int = 12, heads: int = 3, block: int = 16, band: bool = False,
+                 fill: float = float("-inf")):
+        super().__init__()
+        self.c_attn, self.c_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.heads, self.fill = heads, fill
+        mask = torch.tril(torch.ones(block, block))
+        if band:  # not causal: also hides keys more than two steps back
+            mask = mask - torch.tril(torch.ones(block, block), -3)
+        self.register_buffer("bias", mask.view(1, 1, block, block))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.size()
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (k.size(-1) ** 0.5))
+        att = att.masked_fill(self.bias[:, :, :t, :t] == 0, self.fill)
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.c_proj(y)
+
+
+@pytest.mark.parametrize("t", [16, 7])  # 7: the buffer is sliced to the sequence
+def test_masked_fill_with_a_tril_buffer_is_a_causal_mask(t: int):
+    torch.manual_seed(5)
+    imported = _check(NanoAttention(), torch.randn(2, t, 12))
+    text = imported.model.explain()
+    assert "causal_mask: [seq seq_k -> seq seq_k]" in text
+    assert not any("bias" in name and "c_" not in name for name in imported.params)
+
+
+def test_masked_fill_with_other_constant_masks_is_refused():
+    x = torch.randn(1, 6, 12)
+    with pytest.raises(TorchImportError, match="not causal"):
+        from_torch(NanoAttention(band=True).eval(), (x,))
+    with pytest.raises(TorchImportError, match="fill value"):
+        from_torch(NanoAttention(fill=-1e4).eval(), (x,))

@@ -79,6 +79,9 @@ class Capture(ViewsMixin):
         self._pending: list[str] = []
         self.done: set[str] = set()
         self.outputs: list[str] = []
+        # fx node name -> tensor computed from buffers and constants alone (a causal mask made
+        # from a registered tril buffer); rules read these values, nothing is recorded for them
+        self.folded: dict[str, Any] = {}
 
     # -- reading nodes ---------------------------------------------------------------------------
     @staticmethod
@@ -178,19 +181,20 @@ class Capture(ViewsMixin):
         if arg.name not in self.dims:
             if arg.name in self.param_of:
                 self._learned(arg)
-            elif arg.name in self.const_of:
+            elif arg.name in self.const_of or arg.name in self.folded:
                 self._constant(arg)
             else:
                 raise TorchImportError(f"from_torch: value {arg.name!r} is not a captured tensor")
         return str(arg.name)
 
     def _constant(self, arg: Any) -> None:
-        fqn = self.const_of[arg.name]
+        fqn = self.const_of.get(arg.name, arg.name)
         user = next(iter(arg.users))
-        tensor = self.program.state_dict.get(fqn, self.program.constants.get(fqn))
+        tensor = self.folded[arg.name] if arg.name in self.folded else self._stored(arg.name)
         if tensor is None or tensor.dim() != 0:
             raise self.unsupported(user, f"the buffer or constant tensor {fqn!r} as an operand "
-                                         "(only 0-d constants and parameters are imported)")
+                                         "(only 0-d constants, parameters and causal masks are "
+                                         "imported)")
         out = self._record(user, ops.Constant(float(tensor.item())), [], {})
         self.dims[arg.name] = []
         self.ref[arg.name] = out
@@ -254,6 +258,8 @@ class Capture(ViewsMixin):
             elif node.name in self.done:  # consumed by an earlier rule (a folded split)
                 continue
             elif node.op == "call_function":
+                if self._fold(node):
+                    continue
                 rule = IMPORT_RULES.get(self.aten(node))
                 if rule is None:
                     if "assert" in self.aten(node) or "_assert" in str(node.target):
@@ -264,6 +270,31 @@ class Capture(ViewsMixin):
                 self.outputs = [self.plain(a) for a in node.args[0]]
             elif node.op != "get_attr":
                 raise self.unsupported(node)
+
+    def _fold(self, node: Any) -> bool:
+        """Evaluate ``node`` with torch when its tensor operands are all buffers, constants or
+        folded values; its result becomes a known tensor (``self.folded``)."""
+        import torch
+        from torch.utils._pytree import tree_flatten, tree_map
+
+        operands = [a for a in tree_flatten((node.args, node.kwargs))[0]
+                    if isinstance(a, torch.fx.Node)]
+        if not operands or not all(a.name in self.folded or a.name in self.const_of
+                                   for a in operands):
+            return False
+
+        def value(a: Any) -> Any:
+            if not isinstance(a, torch.fx.Node):
+                return a
+            return self.folded[a.name] if a.name in self.folded else self._stored(a.name)
+
+        args, kwargs = tree_map(value, (node.args, node.kwargs))
+        self.folded[node.name] = node.target(*args, **kwargs)
+        return True
+
+    def _stored(self, name: str) -> Any:
+        fqn = self.const_of[name]
+        return self.program.state_dict.get(fqn, self.program.constants.get(fqn))
 
     def _input(self, node: Any) -> None:
         shape = self.shape(node)

@@ -340,3 +340,31 @@ def _sdpa(c: Capture, node: Any) -> None:
         weights = c.op(node, L.Softmax(X), [scores])
         c.op(node, L.Einsum(((Q, X), (X, V)), (Q, V)), [weights, v])
     c.set(node, [*batch, lq, ev])
+
+
+@import_rule("aten.masked_fill")
+def _masked_fill(c: Capture, node: Any) -> None:
+    """``scores.masked_fill(mask, -inf or 0)`` with a constant causal mask (the usual GPT-2
+    code: a registered ``tril`` buffer, sliced and compared with 0) -> ``CausalMask``."""
+    import torch
+
+    x, mask, fill = node.args[:3]
+    if getattr(mask, "name", None) not in c.folded:
+        raise c.unsupported(node, "a mask computed from the inputs (only constant causal masks "
+                                  "made from buffers are imported)")
+    names = {float("-inf"): "-inf", 0.0: "0"}
+    if isinstance(fill, torch.fx.Node) or float(fill) not in names:
+        raise c.unsupported(node, f"fill value {fill!r} (only -inf and 0)")
+    key = c.plain(x)
+    *batch, lq, sk = c.dims[key]
+    shape = c.shape(node)
+    nq, nx = shape[-2:]
+    try:
+        m = c.folded[mask.name].to(torch.bool).broadcast_to(shape)
+    except RuntimeError:
+        raise c.unsupported(node, "a mask that does not broadcast to the scores") from None
+    causal = torch.ones(nq, nx, dtype=torch.bool).triu(nx - nq + 1)  # True: key after query
+    if not bool((m == causal).all()):
+        raise c.unsupported(node, "a constant mask that is not causal over the last two dims")
+    c.op(node, L.CausalMask(c.axis(lq), c.axis(sk), fill=names[float(fill)]), [key])
+    c.set(node, [*batch, lq, sk])
