@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from typing import Any
 
@@ -56,19 +57,18 @@ def _unbound(spec: str) -> Any:
 
 def configure_calibrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size-mb", type=int, default=256, help="bytes per array for the copy test")
+    p.add_argument("--cache-mb", type=int, default=8,
+                   help="bytes per array for the cache-resident copy test")
     p.add_argument("--n", type=int, default=2048, help="matmul size for the FLOP test")
     p.add_argument("-o", "--output", help="write a machine .toml based on 'this' with the results")
 
 
-def calibrate(size_mb: int = 256, n: int = 2048, repeats: int = 5) -> dict[str, float]:
-    """Measure this machine with NumPy: copy bandwidth (bytes read + written per second) and
+def calibrate(size_mb: int = 256, n: int = 2048, repeats: int = 5,
+              cache_mb: int = 8) -> dict[str, float]:
+    """Measure this machine with NumPy: copy bandwidth (bytes read + written per second) of
+    arrays far larger than the caches and of arrays that stay in the last-level cache, and
     float32 matmul FLOP/s; medians of ``repeats`` after a warm-up."""
     import numpy as np
-
-    src = np.ones(size_mb * (1 << 20) // 4, dtype=np.float32)
-    dst = np.empty_like(src)
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
 
     def median(fn: Any) -> float:
         fn()
@@ -79,26 +79,62 @@ def calibrate(size_mb: int = 256, n: int = 2048, repeats: int = 5) -> dict[str, 
             ts.append(time.perf_counter() - t0)
         return float(sorted(ts)[len(ts) // 2])
 
-    t_copy = median(lambda: np.copyto(dst, src))
+    def copy_rate(mb: int) -> float:
+        src = np.ones(mb * (1 << 20) // 4, dtype=np.float32)
+        dst = np.empty_like(src)
+        return 2 * src.nbytes / median(lambda: np.copyto(dst, src))
+
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
     t_mm = median(lambda: a @ b)
-    return {"copy_bandwidth": 2 * src.nbytes / t_copy, "matmul_flops": 2 * n**3 / t_mm}
+    return {"copy_bandwidth": copy_rate(size_mb), "cache_bandwidth": copy_rate(cache_mb),
+            "matmul_flops": 2 * n**3 / t_mm}
+
+
+def calibrated(text: str, res: dict[str, float], stamp: str) -> str:
+    """``this.toml``'s text with the measured figures put in: the L3 level's fill bandwidth
+    (DRAM copy), the L2 level's (a copy resident in L3), float32 matrix and vector rates (and
+    half of them for float64); each changed line says where its number came from."""
+    values = {("L3", "bandwidth"): (res["copy_bandwidth"], "copy of arrays larger than L3"),
+              ("L2", "bandwidth"): (res["cache_bandwidth"], "copy of arrays resident in L3"),
+              ("compute.matrix", "float32"): (res["matmul_flops"], "float32 matmul"),
+              ("compute.vector", "float32"): (res["matmul_flops"], "the same FMA roofline"),
+              ("compute.matrix", "float64"): (res["matmul_flops"] / 2, "half the float32 rate"),
+              ("compute.vector", "float64"): (res["matmul_flops"] / 2, "half the float32 rate")}
+    out, where = [], ""
+    for line in text.splitlines():
+        head = re.match(r"\s*\[+([\w.]+)\]+", line)
+        if head:
+            where = head.group(1)
+        name = re.match(r'\s*name\s*=\s*"([^"]*)"', line)
+        if name and where == "levels":
+            where = name.group(1)
+        key = re.match(r"\s*(\w+)\s*=", line)
+        hit = values.get((where, key.group(1))) if key else None
+        if hit is not None:
+            line = f"{key.group(1)} = {hit[0]:.4g}  # ncd calibrate {stamp}: {hit[1]}"
+        out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    res = calibrate(args.size_mb, args.n)
-    print(f"copy bandwidth: {res['copy_bandwidth'] / 1e9:.1f} GB/s (read + write)")
+    res = calibrate(args.size_mb, args.n, cache_mb=args.cache_mb)
+    print(f"copy bandwidth: {res['copy_bandwidth'] / 1e9:.1f} GB/s (read + write, "
+          f"{args.size_mb} MiB arrays)")
+    print(f"cache-resident copy: {res['cache_bandwidth'] / 1e9:.1f} GB/s ({args.cache_mb} MiB)")
     print(f"float32 matmul: {res['matmul_flops'] / 1e9:.1f} GFLOP/s")
     if args.output:
+        import datetime
         import os
 
         from ncd_perf.machine import _HERE
 
         with open(os.path.join(_HERE, "this.toml")) as f:
             text = f.read()
-        text = text.replace("bandwidth = 25e9", f"bandwidth = {res['copy_bandwidth']:.4g}")
-        text = text.replace("float32 = 330e9", f"float32 = {res['matmul_flops']:.4g}")
+        stamp = datetime.date.today().isoformat()
         with open(args.output, "w") as f:
-            f.write(f"# calibrated by `ncd calibrate`: {json.dumps(res)}\n" + text)
+            f.write(f"# calibrated by `ncd calibrate` on {stamp}: {json.dumps(res)}\n"
+                    + calibrated(text, res, stamp))
         print(f"machine written to {args.output}")
     return 0
 
