@@ -3,11 +3,12 @@
 Peers: NumPy (the reference interpreter's ops, vectorised by NumPy/OpenBLAS), torch eager and
 torch.compile of the *same* model exported by ncd-torch (same parameters), with torch.compile's
 first call (its compile time) shown separately. "ncd out=" writes into the same output arrays
-on every call (no fresh allocation: no page faults of a new output). ncd's first call includes planning, code
-generation and the OpenCL build. Both start cold (fresh program, PoCL and inductor caches)
+on every call (no fresh allocation: no page faults of a new output). ncd's first call includes
+planning, code generation and the OpenCL build. Both start cold (fresh program, PoCL and inductor caches)
 unless --warm; within one run, workloads whose kernels were already built (deeper transformers
-share their layers' kernels with shallower ones) hit ncd's in-memory program cache. The last two ratio columns divide ncd by torch.compile: steady forward, and the seeds'
-measure (first call + 10 forwards).
+share their layers' kernels with shallower ones) hit ncd's in-memory program cache. The last
+two ratio columns divide ncd by torch.compile: steady forward, and the seeds' measure (first
+call + 10 forwards).
 tinygrad runs from its own virtual environment: benchmarks/tinygrad_peer.py prints the same
 workloads on the same PoCL device.
 
@@ -123,8 +124,9 @@ def bench(name: str, model: Any, make: Callable[[Any], list[np.ndarray]], reps: 
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    cols = ["workload", "kernels", "ncd", "ncd out=", "ncd first", "ncd unfused", "numpy", "torch eager",
-            "torch.compile", "torch.compile first", "ncd/tc", "10 fwd+compile ncd/tc", "max err"]
+    cols = ["workload", "kernels", "ncd", "ncd out=", "ncd first", "ncd unfused", "numpy",
+            "torch eager", "torch.compile", "torch.compile first", "ncd/tc",
+            "10 fwd+compile ncd/tc", "max err"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         tc, tcf = r.get("torch.compile"), r.get("torch.compile first")
@@ -135,11 +137,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             v = r.get(k)
             return "-" if v is None else (f"{v * 1e3:.1f} ms" if v < 10 else f"{v:.1f} s")
 
-        lines.append("| " + " | ".join([r["workload"], str(r["kernels"]), ms("ncd"), ms("ncd out="),
-                                          ms("ncd first"),
-                                          ms("ncd unfused"), ms("numpy"), ms("torch eager"), ms("torch.compile"),
-                                          ms("torch.compile first"), ratio, e2e,
-                                          f"{r['max err']:.1e}"]) + " |")
+        timed = [ms(c) for c in cols[2:10]]
+        cells = [r["workload"], str(r["kernels"]), *timed, ratio, e2e, f"{r['max err']:.1e}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -84,7 +84,7 @@ def main() -> None:
     block = Block(512, 8, 2048)
     work.append(("transformer x1 b4 s512 d512", [normal(4, 512, 512) for _ in range(n)], block))
 
-    print(f"tinygrad on {Device.DEFAULT}: {Device[Device.DEFAULT].device_id if hasattr(Device[Device.DEFAULT], 'device_id') else ''}")
+    print(f"tinygrad on {Device.DEFAULT}")
     print("| workload | tinygrad | tinygrad first |")
     print("|---|---|---|")
     for name, inputs, fn in work:

@@ -128,11 +128,11 @@ def test_every_conformance_case_gets_a_valid_plan(name: str) -> None:
 
 
 @pytest.mark.parametrize("norm", [ops.softmax, ops.layernorm, ops.rmsnorm, ops.l2norm])
-def test_elementwise_after_a_normaliser_joins_its_kernel(norm) -> None:  # type: ignore[no-untyped-def]
+def test_elementwise_after_a_normaliser_joins_its_kernel(norm: object) -> None:
     """Each instance of the normaliser's kernel walks the row whole already; an activation or
     scale after it maps each element alone, so it fuses without losing parallelism."""
     r, c = ncd.Axis("r", size=5), ncd.Axis("c", size=40)
-    plan = ncd.fuse((norm(c) >> ops.gelu() >> ops.mul(2.0)).over(r))
+    plan = ncd.fuse((norm(c) >> ops.gelu() >> ops.mul(2.0)).over(r))  # type: ignore[operator]
     assert len(plan.kernels) == 1
     assert [a.name for a in plan.kernels[0].grouped] == ["r"]
 

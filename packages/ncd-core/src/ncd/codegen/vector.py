@@ -1,11 +1,13 @@
-"""Row kernels with explicit vector types: normalisers and reductions over one contiguous axis.
+"""Row kernels with explicit vector types: normalisers, reductions and elementwise chains over
+one contiguous axis.
 
 A kernel whose only reduced or normalised axis ``a`` (for an elementwise kernel: its output's
-last axis) is the unit-stride axis of every array it touches is rendered by the pointwise driver in *vector mode*: loops over ``a`` step by the
-dialect's vector width, reads and writes along ``a`` are vector loads and stores, accumulators
-are vectors reduced across lanes once per row. On PoCL's CPU device this is what vectorises the
-exponentials of a softmax (``exp(float8)`` runs the vectorised library routine; the scalar loop
-does not vectorise): measured 6-8x faster on 4096x4096 (docs/opencl.md).
+last axis) is the unit-stride axis of every array it touches is rendered by the pointwise
+driver in *vector mode*: loops over ``a`` step by the dialect's vector width, reads and writes
+along ``a`` are vector loads and stores, accumulators are vectors reduced across lanes once per
+row. On PoCL's CPU device this is what vectorises the exponentials of a softmax
+(``exp(float8)`` runs the vectorised library routine; the scalar loop does not vectorise):
+measured 6-8x faster on 4096x4096 (docs/opencl.md).
 """
 
 from __future__ import annotations
