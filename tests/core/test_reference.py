@@ -110,5 +110,5 @@ def test_init_names_follow_the_hierarchy():
 
 def test_embedding_rejects_out_of_range_ids():
     m = ops.embedding("vocab -> d", vocab=5, d=2).over(ncd.Axis("s", size=3))
-    with pytest.raises(ValueError, match="token ids"):
+    with pytest.raises(ncd.IndexRangeError, match="token ids"):
         ncd.run(m, np.array([0, 5, 1]), params=ncd.init(m))

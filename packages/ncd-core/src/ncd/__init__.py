@@ -12,7 +12,10 @@ from ncd.axis import DTYPES, ArrayType, Axis, axes, dtype_bytes
 from ncd.errors import (
     AlignmentError,
     CompileError,
+    DefinitionError,
+    DTypeError,
     GraphError,
+    IndexRangeError,
     NcdError,
     ParameterError,
     PluginError,
@@ -33,8 +36,8 @@ from ncd.sizes import Config, SizeVar
 __version__ = "0.1.0"
 
 __all__ = [
-    "DTYPES", "AlignmentError", "ArrayType", "Axis", "CompileError", "Config", "Graph",
-    "GraphError", "GraphTerm", "NcdError", "Node", "ParameterError", "PluginError",
+    "DTYPES", "AlignmentError", "ArrayType", "Axis", "CompileError", "Config", "DTypeError",
+    "DefinitionError", "Graph", "GraphError", "IndexRangeError", "GraphTerm", "NcdError", "Node", "ParameterError", "PluginError",
     "ScheduleError", "Scope", "SerializationError", "SizeError", "SizeVar", "TargetNotFoundError",
     "Tensor", "Term", "TraceError", "__version__", "axes", "compile", "copy", "discard",
     "dtype_bytes", "export", "from_json", "identity", "init", "nn", "ops", "run", "swap",

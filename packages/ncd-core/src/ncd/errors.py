@@ -9,7 +9,10 @@ from __future__ import annotations
 __all__ = [
     "AlignmentError",
     "CompileError",
+    "DTypeError",
+    "DefinitionError",
     "GraphError",
+    "IndexRangeError",
     "NcdError",
     "ParameterError",
     "PluginError",
@@ -31,6 +34,24 @@ class AlignmentError(NcdError, TypeError):
 
 class SizeError(NcdError, ValueError):
     """Axis sizes are missing or contradict each other (all conflicts are reported together)."""
+
+
+class DefinitionError(NcdError, ValueError, TypeError):
+    """An axis, op or model was constructed with invalid arguments (a malformed template, an
+    unknown function name, a probability or size out of range, a control character in a name).
+
+    It subclasses both ``ValueError`` and ``TypeError`` so code written against the bare
+    exceptions these misuses used to raise keeps catching them."""
+
+
+class DTypeError(NcdError, TypeError):
+    """An array's dtype cannot be taken by the wire it feeds (complex, object or string data,
+    floats for integer ids, or a wider float than the backend was built for)."""
+
+
+class IndexRangeError(NcdError, IndexError, ValueError):
+    """An index (a token id) lies outside the axis of the table it indexes (also a
+    ``ValueError``, which the reference raised before)."""
 
 
 class GraphError(NcdError, ValueError):

@@ -9,18 +9,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import numpy as np
 
 from ncd.axis import Axis
-from ncd.errors import ParameterError, SizeError
+from ncd.errors import DTypeError, IndexRangeError, ParameterError, SizeError
 from ncd.graph import Graph, Node
 from ncd.op import Op, registrar
 from ncd.ops import _library as L
 
-__all__ = ["REFERENCE_RULES", "Context", "evaluate", "reference_rule", "run"]
+__all__ = [
+    "INDEX_RULES",
+    "REFERENCE_RULES",
+    "Casting",
+    "Context",
+    "check_dtype",
+    "check_indices",
+    "evaluate",
+    "index_rule",
+    "prepare",
+    "reference_rule",
+    "run",
+]
 
 Array = np.ndarray
 Rule = Callable[[Any, list[Array], dict[str, Array], "Context"], list[Array]]
@@ -174,8 +186,8 @@ def _causal(op: L.CausalMask, xs: list[Array], p: dict[str, Array], ctx: Context
 def _embedding(op: L.Embedding, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
     ids = xs[0]
     w = p["weight"]
-    if ids.size and (ids.min() < 0 or ids.max() >= w.shape[0]):
-        raise ValueError(f"{op.label}: token ids must be in [0, {w.shape[0]}), got {ids.min()}..{ids.max()}")
+    check_dtype(ids, "int64", f"{op.label}: the token ids", "same_kind")
+    check_indices(op, op.vocab, w.shape[0], ids, "token ids")
     return [w[ids]]
 
 
@@ -261,12 +273,103 @@ def evaluate(
     return [env[v] for v in graph.outputs]
 
 
-def prepare(model: Any, inputs: Sequence[Any], params: Mapping[str, Any] | None) -> tuple[Graph, list[Array], dict[str, Array]]:
-    """Bind free sizes from input shapes and check inputs and parameters against the graph."""
+Casting = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
+
+#: op class -> fn(op) -> ((input slot, table axis), ...): the inputs an op reads as indices into
+#: an axis of one of its tables. ``prepare`` range-checks each such input that is a graph input
+#: before anything runs; a gather op registers its rule here the same way.
+INDEX_RULES: dict[type[Op], Callable[[Any], tuple[tuple[int, Axis], ...]]] = {}
+
+#: ``@index_rule(OpClass)`` registers a rule in ``INDEX_RULES``.
+index_rule = registrar(INDEX_RULES)
+
+
+@index_rule(L.Embedding)
+def _embedding_ids(op: L.Embedding) -> tuple[tuple[int, Axis], ...]:
+    return ((0, op.vocab),)
+
+
+#: numpy kinds no wire takes whatever the casting rule: complex, object, bytes, str, void,
+#: datetime, timedelta.
+_NEVER_KINDS = {"c": "complex", "O": "object", "S": "bytes", "U": "str", "V": "void",
+                "M": "datetime", "m": "timedelta"}
+
+#: wire dtype -> the numpy dtype arrays are checked against (None: numpy has none; any float).
+_NUMPY_DTYPES: dict[str, np.dtype[Any] | None] = {
+    "float64": np.dtype(np.float64),
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": None,
+    "float8": None,
+    "int64": np.dtype(np.int64),
+    "int32": np.dtype(np.int32),
+    "bool": np.dtype(np.bool_),
+}
+
+
+def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
+    """Raise ``DTypeError`` unless ``array`` may feed a wire of dtype ``wire`` under ``cast``.
+
+    Complex, object, string and void arrays, and floats fed to integer wires, are refused
+    whatever ``cast`` says (they would lose their imaginary part, become NaN, or be truncated).
+    """
+    dt = array.dtype
+    target = _NUMPY_DTYPES.get(wire)
+    integral = wire.startswith(("int", "bool"))
+    if dt.kind in _NEVER_KINDS:
+        reason = f"{_NEVER_KINDS[dt.kind]} data has no {wire} value"
+    elif integral and dt.kind == "f":
+        reason = "float ids would be truncated"
+    elif target is None:
+        if dt.kind in "fiub":
+            return
+        reason = f"{dt} is not numeric"
+    elif not np.can_cast(dt, target, casting=cast):
+        reason = f"casting {dt} to {wire} is not {cast!r}"
+    else:
+        return
+    fix = ("pass integer ids, e.g. np.asarray(ids).astype(np.int64) after checking they are whole"
+           if integral else f"convert it with np.asarray(x, dtype=np.{wire})")
+    raise DTypeError(f"{what} has dtype {dt}, but its wire is {wire}: {reason}. Fix: {fix}.")
+
+
+def check_indices(op: Op, axis: Axis, size: int, ids: Array, what: str) -> None:
+    """Raise ``IndexRangeError`` unless every entry of ``ids`` lies in ``[0, size)``."""
+    if ids.size == 0:
+        return
+    bad = (ids < 0) | (ids >= size)
+    if not bad.any():
+        return
+    pos = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise IndexRangeError(
+        f"{op.label}: {what} must lie in [0, {size}) along {axis.with_size(size).describe()}; "
+        f"{ids[pos]} at position {pos} does not ({int(bad.sum())} of {ids.size} out of range, "
+        f"min {ids.min()}, max {ids.max()}). Fix: map the ids into the table's range (or "
+        f"enlarge {axis.name}) before calling."
+    )
+
+
+def _as_array(x: Any, what: str) -> Array:
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise DTypeError(f"{what} is not an array ({e}). Fix: pass a rectangular NumPy array.") from None
+
+
+def prepare(
+    model: Any, inputs: Sequence[Any], params: Mapping[str, Any] | None, *,
+    cast: Casting = "same_kind",
+) -> tuple[Graph, list[Array], dict[str, Array]]:
+    """Bind free sizes from input shapes and check inputs and parameters against the graph.
+
+    Every array is checked against its wire's dtype with ``numpy.can_cast(..., casting=cast)``
+    (backends that run only their built dtype pass ``cast="safe"``), and index inputs (see
+    ``INDEX_RULES``) against their table's axis: ``DTypeError`` / ``IndexRangeError`` otherwise.
+    """
     from ncd._term import Term
 
     graph: Graph = model.graph if isinstance(model, Term) else model
-    arrays = [np.asarray(x) for x in inputs]
+    arrays = [_as_array(x, f"input {k}") for k, x in enumerate(inputs)]
     if len(arrays) != len(graph.inputs):
         raise SizeError(f"the model takes {len(graph.inputs)} input(s), got {len(arrays)}")
     sizes: dict[str | Axis, int] = {}
@@ -277,6 +380,7 @@ def prepare(model: Any, inputs: Sequence[Any], params: Mapping[str, Any] | None)
                 f"input {k} must have {len(t.axes)} dims {t} ({', '.join(a.describe() for a in t.axes)}), "
                 f"got shape {x.shape}"
             )
+        check_dtype(x, t.dtype, f"input {k} {t} ({', '.join(a.describe() for a in t.axes)})", cast)
         for a, n in zip(t.axes, x.shape, strict=True):
             if graph.size(a) is None:
                 if sizes.get(a, n) != n:
@@ -294,6 +398,7 @@ def prepare(model: Any, inputs: Sequence[Any], params: Mapping[str, Any] | None)
     free = graph.config().free
     if free:
         raise SizeError(f"free sizes left after reading input shapes: {', '.join(map(str, free))}; bind them")
+    _check_index_inputs(graph, arrays)
     wanted = graph.params()
     given = dict(params or {})
     missing = [n for n in wanted if n not in given]
@@ -307,12 +412,27 @@ def prepare(model: Any, inputs: Sequence[Any], params: Mapping[str, Any] | None)
         raise ParameterError(f"unexpected parameter(s) {', '.join(extra[:8])}; this model has {len(wanted)}")
     out_params: dict[str, Array] = {}
     for n, p in wanted.items():
-        arr = np.asarray(given[n])
+        arr = _as_array(given[n], f"parameter {n}")
         shape = tuple(graph.size(a) for a in p.axes)
         if arr.shape != shape:
             raise ParameterError(f"parameter {n} must have shape {shape} (axes {[a.name for a in p.axes]}), got {arr.shape}")
+        check_dtype(arr, "float32", f"parameter {n}", cast)
         out_params[n] = arr
     return graph, arrays, out_params
+
+
+def _check_index_inputs(graph: Graph, arrays: Sequence[Array]) -> None:
+    """Range-check every graph input that an op of ``INDEX_RULES`` reads as indices."""
+    position = {v: k for k, v in enumerate(graph.inputs)}
+    for node in graph.nodes:
+        rule = INDEX_RULES.get(type(node.op))
+        if rule is None:
+            continue
+        for slot, axis in rule(node.op):
+            k = position.get(node.inputs[slot])
+            size = graph.size(axis)
+            if k is not None and size is not None:
+                check_indices(node.op, axis, size, arrays[k], f"the token ids of input {k}")
 
 
 def run(model: Any, *inputs: Any, params: Mapping[str, Any] | None = None, training: bool = False,
