@@ -11,7 +11,7 @@ import nox
 nox.options.default_venv_backend = "virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "typecheck", "minimal", "core", "torch", "diagram", "perf",
-                        "opencl", "cuda", "integration"]
+                        "opencl", "cuda", "integration", "reliability", "fuzz"]
 
 TORCH = "torch==2.13.0"
 OPENCL = "pyopencl[pocl]"
@@ -90,3 +90,18 @@ def integration(session: nox.Session) -> None:
                     "./examples/ncd-example-backend")
     _pytest(session, "tests/integration")
     session.run("ncd", "demo", "--out", f"{session.create_tmp()}/demo")
+
+
+@nox.session
+def reliability(session: nox.Session) -> None:
+    """Regression tests of docs/reliability.md's promises, across every executable backend."""
+    session.install(*TEST, TORCH, OPENCL)
+    session.install(CORE, *(f"./packages/ncd-{p}" for p in ("torch", "opencl", "diagram")))
+    _pytest(session, "tests/reliability")
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """Bounded fuzzing of ``ncd.from_json`` (hypothesis; NCD_FUZZ_EXAMPLES sets the budget)."""
+    session.install(*TEST, CORE)
+    session.run("python", "tests/fuzz/fuzz_json.py", *session.posargs)

@@ -1,0 +1,13 @@
+"""The reliability session: regression tests for docs/reliability.md's promises.
+
+Tests that need a backend are marked ``opencl`` or ``torch`` and skip where it is not installed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "opencl: needs ncd-opencl and an OpenCL device")
+    config.addinivalue_line("markers", "torch: needs ncd-torch")
