@@ -96,7 +96,8 @@ def integration(session: nox.Session) -> None:
 def reliability(session: nox.Session) -> None:
     """Regression tests of docs/reliability.md's promises, across every executable backend."""
     session.install(*TEST, TORCH, OPENCL)
-    session.install(CORE, *(f"./packages/ncd-{p}" for p in ("torch", "opencl", "diagram")))
+    session.install(CORE, *(f"./packages/ncd-{p}" for p in ("torch", "opencl", "diagram")),
+                    "./examples/ncd-example-backend")
     _pytest(session, "tests/reliability")
 
 

@@ -139,28 +139,30 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@pytest.mark.opencl
-@SETTINGS
-@given(chain=chains(), data=st.data())
-def test_opencl_matches_reference(chain: Any, data: Any) -> None:
-    pytest.importorskip("pyopencl")
-    steps, rows, cols = chain
-    model, x, params, want, what = _case(steps, rows, cols, data)
-    plan = data.draw(st.fixed_dictionaries({
+#: per backend, the compile options drawn at random (a plan for OpenCL); others take none
+OPTIONS: dict[str, Any] = {
+    "opencl": st.fixed_dictionaries({
         "fuse": st.sampled_from((True, "local", False)),
         "tiled": st.booleans(),
         "local_memory": st.sampled_from((None, True)),
-    }), label="plan")
-    got = ncd.compile(model, "opencl", **plan)(x, params=params)
-    assert_matches(got, want, f"opencl {plan} {what}")
+    }),
+}
 
 
-@pytest.mark.torch
+def executable_backends() -> list[str]:
+    """Every installed backend but the reference itself (third-party ones included)."""
+    from ncd.plugins import registry
+
+    return sorted(n for n in registry().backends if n != "reference")
+
+
+@pytest.mark.parametrize("target", executable_backends())
 @SETTINGS
 @given(chain=chains(), data=st.data())
-def test_torch_matches_reference(chain: Any, data: Any) -> None:
-    pytest.importorskip("torch")
+def test_backend_matches_reference(target: str, chain: Any, data: Any) -> None:
     steps, rows, cols = chain
     model, x, params, want, what = _case(steps, rows, cols, data)
-    got = ncd.compile(model, "torch")(x, params=params)
-    assert_matches(got, want, f"torch {what}")
+    options = data.draw(OPTIONS.get(target, st.just({})), label="options")
+    with np.errstate(all="ignore"):
+        got = ncd.compile(model, target, **options)(x, params=params)
+    assert_matches(got, want, f"{target} {options} {what}")
