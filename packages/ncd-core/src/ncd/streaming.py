@@ -69,6 +69,10 @@ def _einsum(op: L.Einsum, axis: Axis) -> str:
 
 @role_rule(L.Linear)
 def _linear(op: L.Linear, axis: Axis) -> str:
+    if set(op.in_axes) & set(op.out_axes):
+        # ``linear("d -> d")``: one axis is both contracted and kept, with two different
+        # indices; no axis of it streams or maps index for index
+        return "whole"
     return "sum" if axis in op.in_axes else "map"
 
 

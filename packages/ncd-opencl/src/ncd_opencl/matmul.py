@@ -91,7 +91,9 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         w.line(f"const int {n} = min(nb * {RN} + {j}, {nsz - 1});")
         env = _split(gen, n_axes, n)
         cols.append((n, env))
-        w.line(f"{gen.dialect.global_} const float* b{j} = {wb.name} + {wb.address({**env, **zero})};")
+        # by position: the weight of ``linear("d -> d")`` holds ``d`` twice
+        base = wb.address_at([*(env[a] for a in n_axes), *("0" for _ in op.in_axes)])
+        w.line(f"{gen.dialect.global_} const float* b{j} = {wb.name} + {base};")
     for i in range(RM):
         for j in range(RN):
             w.line(f"float{VW} c{i}_{j} = (float{VW})(0.0f);")
@@ -115,7 +117,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
             if kv < kdim:
                 w.line(f"for (int k = {kv}; k < {kdim}; ++k) {s} += a{i}[k] * b{j}[k];")
             sums[i, j] = s
-    if _lane_epilogue(nodes, lin, renames):
+    if gen.dialect.vector_width == VW and _lane_epilogue(nodes, lin, renames):
         _vector_epilogue(gen, lin, sums, rows, cols, renames, msz, nsz)
     else:
         for i, (_, menv) in enumerate(rows):
@@ -199,7 +201,10 @@ def _local_tiles(gen: KernelGen, xb: Any, wb: Any, m_axes: tuple[Axis, ...],
             with w.block(f"for (int e = lid; e < {rows * KL}; e += {WG_M * WG_N})"):
                 w.line(f"const int r = e / {KL}, kk = e % {KL};")
                 w.line(f"const int g = min({first} + r, {size - 1});")
-                base = buf.address({**_split(gen, axes, "g"), **zero})
+                split = _split(gen, axes, "g")
+                # the weight by position (``linear("d -> d")`` holds ``d`` twice); X by axis
+                base = (buf.address_at([*(split[a] for a in axes), *("0" for _ in k_axes)])
+                        if buf is wb else buf.address({**split, **zero}))
                 w.line(f"{tile}[r][kk] = k0 + kk < {kdim} ? {buf.name}[{base} + k0 + kk] : 0.0f;")
         w.line(d.barrier)
         with w.block(f"for (int k = 0; k < {KL}; k += {VW})"):

@@ -57,15 +57,34 @@ class Buffer:
     def stride(self, axis: Axis) -> int:
         return self.strides[self.axes.index(axis)]
 
+    @property
+    def repeats(self) -> bool:
+        """An axis appears twice (a ``linear("d -> d")`` weight over ``(d, d)``): indexing by
+        axis would read the diagonal, so such a buffer is addressed by position only."""
+        return len(set(self.axes)) != len(self.axes)
+
     def address(self, index: Mapping[Axis, str]) -> str:
         """The element offset for index expressions given by axis."""
+        if self.repeats:
+            raise ScheduleError(
+                f"buffer {self.name} repeats an axis ({', '.join(a.describe() for a in self.axes)})"
+                " and was addressed by axis; this is a code generation bug. Fix: address it by "
+                "position (Buffer.address_at)"
+            )
+        missing = [a for a in self.axes if a not in index]
+        if missing:
+            raise ScheduleError(
+                f"buffer {self.name} is read without an index for axis {missing[0].describe()}"
+            )
+        return self.address_at([index[a] for a in self.axes])
+
+    def address_at(self, exprs: Sequence[str]) -> str:
+        """The element offset for one index expression per storage position."""
+        if len(exprs) != len(self.axes):
+            raise ScheduleError(f"buffer {self.name} has {len(self.axes)} axes, addressed with "
+                                f"{len(exprs)} index expressions (a code generation bug)")
         terms = []
-        for a, s in zip(self.axes, self.strides, strict=True):
-            if a not in index:
-                raise ScheduleError(
-                    f"buffer {self.name} is read without an index for axis {a.describe()}"
-                )
-            e = index[a]
+        for e, s in zip(exprs, self.strides, strict=True):
             if e == "0":
                 continue
             terms.append(e if s == 1 else f"{_paren(e)} * {s}")

@@ -114,6 +114,12 @@ class KernelGen:
     def param(self, node: Node, pname: str, index: Mapping[Axis, str]) -> str:
         return self.read(self.param_buffer(node, pname), index)
 
+    def param_at(self, node: Node, pname: str, exprs: Sequence[str]) -> str:
+        """Parameter ``pname`` at one index expression per axis position (for a table whose
+        axes repeat, as the ``(d, d)`` weight of ``linear("d -> d")``)."""
+        b = self.param_buffer(node, pname)
+        return self.read_addr(b, b.address_at(exprs))
+
     @property
     def vtype(self) -> str:
         return f"float{self.dialect.vector_width}"
@@ -139,7 +145,10 @@ class KernelGen:
         return self.vector_at(b, addr) if self.in_vector(addr) else f"{b.name}[{addr}]"
 
     def read(self, b: Buffer, index: Mapping[Axis, str]) -> str:
-        addr = b.address(index)
+        return self.read_addr(b, b.address(index))
+
+    def read_addr(self, b: Buffer, addr: str) -> str:
+        """``b`` at element offset ``addr`` (a vector inside a vector loop along ``b``)."""
         if self.in_vector(addr):  # unit stride along the vector axis (checked by the template)
             return f"({self.vector_at(b, addr)})"
         if self.in_vector() and b.ctype == "float":

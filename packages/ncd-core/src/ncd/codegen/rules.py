@@ -144,13 +144,25 @@ def _einsum(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     return acc
 
 
+def linear_weight(gen: KernelGen, node: Node, out: Mapping[Axis, str],
+                  inp: Mapping[Axis, str]) -> str:
+    """The weight ``(*out_axes, *in_axes)`` of a Linear at output index ``out`` and input index
+    ``inp``, by position: in ``linear("d -> d")`` both halves are the axis ``d``, with different
+    indices (the output's and the contracted one)."""
+    op: L.Linear = node.op  # type: ignore[assignment]
+    exprs = [out[a] for a in op.out_axes] + [inp[a] for a in op.in_axes]
+    return gen.param_at(node, "weight", exprs)
+
+
 @codegen_rule(L.Linear)
 def _linear(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.Linear = node.op  # type: ignore[assignment]
     acc = gen.var("0.0f", "dot")
 
     def body(env: dict[Axis, str]) -> None:
-        gen.w.line(f"{acc} += {_ins(gen, node, env)} * {gen.param(node, 'weight', env)};")
+        # ``env`` rebinds the contracted axes; an output axis that is also contracted keeps
+        # its output index in ``index`` (the weight's first half)
+        gen.w.line(f"{acc} += {_ins(gen, node, env)} * {linear_weight(gen, node, index, env)};")
 
     _reduce_loops(gen, op.in_axes, index, body)
     return f"({acc} + {gen.param(node, 'bias', index)})" if op.bias else acc
@@ -259,7 +271,7 @@ def _rmsnorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 def _embedding(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.Embedding = node.op  # type: ignore[assignment]
     ids = gen.let(f"(int){_ins(gen, node, index)}", "tok", "int")
-    return gen.param(node, "weight", {**index, op.vocab: ids})
+    return gen.param_at(node, "weight", [ids, *(index[a] for a in op.out_axes)])
 
 
 @codegen_rule(L.View)

@@ -19,6 +19,7 @@ import attrs
 
 from ncd.axis import Axis
 from ncd.codegen.lower import KernelGen, KernelSource
+from ncd.codegen.rules import linear_weight
 from ncd.graph import Node
 from ncd.ops import _library as L
 
@@ -169,7 +170,7 @@ def _term(gen: KernelGen, node: Node, x: Axis, e: dict[Axis, str]) -> str:
     """The product a contraction adds at one index of every contracted axis."""
     op = node.op
     if isinstance(op, L.Linear):
-        return f"{gen.load(node.inputs[0], e)} * {gen.param(node, 'weight', e)}"
+        return f"{gen.load(node.inputs[0], e)} * {linear_weight(gen, node, e, e)}"
     return " * ".join(gen.load(v, e) for v in node.inputs)
 
 
