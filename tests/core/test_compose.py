@@ -105,9 +105,11 @@ def test_reusing_an_op_with_other_axes_is_an_error():
 def test_definitions_stay_blocks():
     mlp = ncd.nn.mlp().over("s")
     g = mlp.graph
-    assert [s.name for s in g.scopes] == ["model", "mlp"]
-    assert all(n.scope == 1 for n in g.nodes)
+    assert [s.name for s in g.scopes] == ["mlp"]  # a lifted definition is still the model itself
     assert "mlp" in mlp.explain()
+    nested = (ncd.nn.mlp().over("s") >> ops.relu()).graph
+    assert [s.name for s in nested.scopes] == ["model", "mlp"]
+    assert [n.scope for n in nested.nodes] == [1, 1, 1, 0]
 
 
 def test_trace_equals_algebra():

@@ -78,6 +78,15 @@ class Term:
     def lower(self, b: Builder, ins: Sequence[Ref]) -> list[Ref]:
         raise NotImplementedError
 
+    def root(self) -> tuple[Scope | None, Term]:
+        """The definition this term is when lowered as a whole model, seen through lifting and
+        binding: its scope and the term to lower inside it, or ``(None, self)``.
+
+        The model's own definition is the graph's root scope, whose label prefixes no parameter,
+        so ``gpt``, ``gpt.over(batch)`` and ``gpt.bind(...)`` name their parameters alike; a
+        definition nested in a composition (``f.named("a") >> g``) prefixes its own."""
+        return None, self
+
     @property
     def graph(self) -> Graph:
         """The lowered graph (built once, then cached)."""
@@ -145,12 +154,8 @@ def lower_term(term: Term) -> Graph:
     """Lower a term once with a fresh builder."""
     if isinstance(term, GraphTerm):
         return term.stored
-    if isinstance(term, Def):
-        b = Builder(Scope(term.name, term.label))
-        inner: Term = term.body
-    else:
-        b = Builder()
-        inner = term
+    scope, inner = term.root()
+    b = Builder(scope)
     outs = inner.lower(b, [b.new_slot() for _ in range(term.n_in)])
     return b.finish(outs)
 
@@ -205,9 +210,13 @@ class Over(Term):
 
     __slots__ = ("axes", "f")
 
-    def __init__(self, f: Term, axes: tuple[Axis, ...]) -> None:
-        super().__init__(f.n_in, f.n_out)
+    def __init__(self, f: Term, axes: tuple[Axis, ...], site: str | None = None) -> None:
+        super().__init__(f.n_in, f.n_out, site)
         self.f, self.axes = f, axes
+
+    def root(self) -> tuple[Scope | None, Term]:
+        scope, inner = self.f.root()
+        return (None, self) if scope is None else (scope, Over(inner, self.axes, self.site))
 
     def lower(self, b: Builder, ins: Sequence[Ref]) -> list[Ref]:
         lifted: list[Ref] = []
@@ -238,6 +247,9 @@ class Def(Term):
         super().__init__(body.n_in, body.n_out)
         self.body, self.name, self.label = body, name, label
 
+    def root(self) -> tuple[Scope | None, Term]:
+        return Scope(self.name, self.label), self.body
+
     def lower(self, b: Builder, ins: Sequence[Ref]) -> list[Ref]:
         prev = b.enter(self.name, self.label)
         try:
@@ -256,14 +268,37 @@ class GraphTerm(Term):
         self.stored = graph
         self._graph = graph
 
+    def root(self) -> tuple[Scope | None, Term]:
+        scope = self.stored.scopes[0]
+        if not _is_definition(scope):
+            return None, self
+        return scope, _Replay(self.stored, self.site)
+
     def lower(self, b: Builder, ins: Sequence[Ref]) -> list[Ref]:
         g = self.stored
         root = g.scopes[0]
-        prev = b.enter(root.name, root.label) if root.name != "model" or root.label else None
+        prev = b.enter(root.name, root.label) if _is_definition(root) else None
         outs = replay_nodes(b, g, ins, self.site)
         if prev is not None:
             b.leave(prev)
         return outs
+
+
+class _Replay(GraphTerm):
+    """A stored graph replayed in the builder's current scope (its root scope already is)."""
+
+    __slots__ = ()
+
+    def root(self) -> tuple[Scope | None, Term]:
+        return None, self
+
+    def lower(self, b: Builder, ins: Sequence[Ref]) -> list[Ref]:
+        return replay_nodes(b, self.stored, ins, self.site)
+
+
+def _is_definition(scope: Scope) -> bool:
+    """Whether a graph's root scope is a named definition (not the anonymous ``model``)."""
+    return scope.name != "model" or bool(scope.label)
 
 
 def replay_nodes(b: Builder, g: Graph, ins: Sequence[Ref], site: str) -> list[Ref]:
