@@ -1,11 +1,19 @@
 """The ``opencl`` backend: ``ncd.compile(model, "opencl")`` -> a callable over NumPy arrays.
 
 Sizes are read from the inputs on each call (as the reference does); each distinct set of
-sizes is generated and built once. Parameters are uploaded once per array object.
+sizes is generated and built once, and an executable keeps its ``max_builds`` most recently
+used builds (default 8). Calls are thread-safe: one executable runs one call at a time (a lock
+per executable; different executables run in parallel). Only float32 (and int64 index) arrays
+are taken; anything else is refused before device work (``DTypeError``). Parameters are read
+in place on host-memory devices, so changing them in place between calls is seen; elsewhere
+they are uploaded again whenever their contents differ from the last upload.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+from collections import OrderedDict
 from typing import Any, ClassVar
 
 import numpy as np
@@ -13,13 +21,53 @@ import numpy as np
 from ncd.graph import Graph
 from ncd.plugins.interfaces import Backend, Executable, Exporter
 
-__all__ = ["Compiled", "OpenCLBackend", "OpenCLExecutable"]
+__all__ = ["Compiled", "OpenCLBackend", "OpenCLExecutable", "check_fits", "check_out"]
 
 _NP = {"float": np.float32, "double": np.float64, "long": np.int64, "int": np.int32}
 
 
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def check_fits(graph: Graph, gen: Any, device: Any) -> None:
+    """Every buffer the kernels take (inputs, outputs, stored intermediates, parameters)
+    within the device's largest allocation, and all of them within its memory: ``SizeError``
+    naming the value, its axes and sizes, and the limit, before anything is built or
+    allocated."""
+    from ncd.errors import SizeError
+
+    sizes: dict[Any, tuple[int, Any]] = {}
+    for k in gen.kernels:
+        for b in k.buffers:
+            ident = ("param", b.param) if b.param is not None else ("value", b.value)
+            if ident not in sizes:
+                n = math.prod(int(graph.size(a) or 1) for a in b.axes)
+                sizes[ident] = (n * np.dtype(_NP[b.ctype]).itemsize, b)
+    limit, memory = int(device.max_mem_alloc_size), int(device.global_mem_size)
+    fix = ("Fix: bind smaller sizes for these axes (or run the work in batches); an intermediate "
+           "is stored only when fusion cannot keep it on chip, so keep fuse=True.")
+    for (kind, what), (nbytes, b) in sizes.items():
+        if nbytes > limit:
+            desc = f"parameter {what}" if kind == "param" else f"value {what} {graph.values[what]}"
+            axes = ", ".join(a.describe() for a in b.axes)
+            raise SizeError(f"{desc} over ({axes}) needs {nbytes:,} bytes ({_mb(nbytes)}) in one "
+                            f"buffer; OpenCL device {device.name.strip()!r} allows at most "
+                            f"{limit:,} bytes ({_mb(limit)}, CL_DEVICE_MAX_MEM_ALLOC_SIZE). {fix}")
+    total = sum(n for n, _ in sizes.values())
+    if total > memory:
+        big = sorted(sizes.items(), key=lambda kv: -kv[1][0])[:3]
+        names = "; ".join(f"{w} over ({', '.join(a.describe() for a in b.axes)}): {_mb(n)}"
+                          for (_, w), (n, b) in big)
+        raise SizeError(f"the kernels need {total:,} bytes ({_mb(total)}) of buffers; OpenCL "
+                        f"device {device.name.strip()!r} has {memory:,} bytes ({_mb(memory)}, "
+                        f"CL_DEVICE_GLOBAL_MEM_SIZE). Largest: {names}. {fix}")
+
+
 class Compiled:
-    """One bound graph built for one device: kernels with their buffers, ready to launch."""
+    """One bound graph built for one device: kernels with their buffers, ready to launch.
+    Not thread-safe by itself: ``OpenCLExecutable`` serialises the calls (kernel objects'
+    arguments and the intermediate buffers are shared between launches)."""
 
     def __init__(self, graph: Graph, device: str | None, fast_math: bool, fuse: bool | str,
                  tiled: bool, local_memory: bool | None = None) -> None:
@@ -33,16 +81,18 @@ class Compiled:
         if local_memory is None:  # on-chip local memory (GPUs) pays for staging; CPUs' does not
             local_memory = self.device.local_mem_type == cl.device_local_mem_type.LOCAL
         self.gen = generate(graph, fuse=fuse, tiled=tiled, local=local_memory)
+        check_fits(graph, self.gen, self.device)
         self.program = build(self.gen.source, device, default_options(fast_math))
         mf = cl.mem_flags
         self.values: dict[int, Any] = {}
         for k in self.gen.kernels:
             for b in k.buffers:
                 if b.value is not None and b.value not in self.values:
-                    nbytes = max(1, int(np.prod([graph.size(a) for a in b.axes], dtype=np.int64))
+                    nbytes = max(1, math.prod(int(graph.size(a) or 1) for a in b.axes)
                                  ) * np.dtype(_NP[b.ctype]).itemsize
                     self.values[b.value] = cl.Buffer(self.ctx, mf.READ_WRITE, nbytes)
-        self.params: dict[str, tuple[Any, Any]] = {}
+        # name -> (the caller's array, its buffer, the snapshot uploaded; None: read in place)
+        self.params: dict[str, tuple[Any, Any, np.ndarray | None]] = {}
         # one kernel object per function: identical layers launch the same one (PoCL compiles
         # a work-group function per kernel object)
         functions = {k.name: cl.Kernel(self.program, k.name) for k in self.gen.kernels if k.text}
@@ -50,14 +100,30 @@ class Compiled:
         self.zero_copy = bool(self.device.host_unified_memory)
 
     def _param(self, name: str, arr: np.ndarray) -> Any:
+        """The buffer of a parameter. On host-memory devices a float32 C-contiguous array is
+        read in place (``USE_HOST_PTR``), so in-place changes are always seen; any other array
+        is converted on every call and uploaded again when its bits differ from the last
+        upload (a compare at memory speed instead of trusting the array's identity)."""
         import pyopencl as cl
 
         hit = self.params.get(name)
-        if hit is not None and hit[0] is arr:
+        if hit is not None and hit[0] is arr and hit[2] is None:
             return hit[1]
+        mf = cl.mem_flags
+        if self.zero_copy and arr.dtype == np.float32 and arr.flags.c_contiguous and arr.nbytes:
+            buf = cl.Buffer(self.ctx, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=arr)
+            self.params[name] = (arr, buf, None)  # keeps arr alive while the buffer reads it
+            return buf
         data = np.ascontiguousarray(arr, dtype=np.float32)
-        buf = cl.Buffer(self.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=data)
-        self.params[name] = (arr, buf)  # keep arr alive so its identity stays meaningful
+        last = hit[2] if hit is not None else None
+        if last is not None and last.shape == data.shape and np.array_equal(
+                last.view(np.uint32), data.view(np.uint32)):
+            self.params[name] = (arr, hit[1], last)  # type: ignore[index]
+            return hit[1]  # type: ignore[index]
+        buf = cl.Buffer(self.ctx, mf.READ_ONLY, max(4, data.nbytes))
+        if data.nbytes:
+            cl.enqueue_copy(self.queue, buf, data)
+        self.params[name] = (arr, buf, data.copy() if data is arr else data)
         return buf
 
     def profile(self, arrays: list[np.ndarray], params: dict[str, np.ndarray],
@@ -101,16 +167,21 @@ class Compiled:
                     values[v] = cl.Buffer(self.ctx, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=host)
                 else:
                     cl.enqueue_copy(self.queue, values[v], host)
-        outs = []
+        outs: list[np.ndarray] = []
+        first: dict[int, int] = {}  # value -> the first output slot holding it
         for k, v in enumerate(g.outputs):
             host = out[k] if out is not None else np.empty(g.shape(v), dtype=_dtype(g, v))
-            if v in values and v not in g.inputs and self.zero_copy and host.nbytes:
+            if (v in values and v not in g.inputs and v not in first and self.zero_copy
+                    and host.nbytes):
                 values[v] = cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
                 mapped.append((values[v], host))
+            first.setdefault(v, k)
             outs.append(host)
         for kern, src in self.launches:
             self._launch(kern, src, params, values)
-        for v, host in zip(g.outputs, outs, strict=True):
+        for k, (v, host) in enumerate(zip(g.outputs, outs, strict=True)):
+            if first[v] != k:
+                continue  # a repeated output: copied from its first slot below
             if v not in values:  # an output that is an input, untouched
                 host[...] = arrays[g.inputs.index(v)]
             elif not any(host is h for _, h in mapped):
@@ -120,6 +191,9 @@ class Compiled:
                                             host.dtype)
             view.base.release(self.queue)
         self.queue.finish()
+        for k, v in enumerate(g.outputs):
+            if first[v] != k:
+                outs[k][...] = outs[first[v]]
         return outs
 
 
@@ -129,50 +203,77 @@ def _dtype(g: Graph, v: int) -> Any:
 
 def check_out(g: Graph, out: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """``out=``: one array per model output, of its shape and dtype, C-contiguous, writeable,
-    sharing no memory with an input (kernels read inputs while they write outputs)."""
+    sharing no memory with an input (kernels read inputs while they write outputs) nor with
+    another output (one would overwrite the other)."""
     from ncd.errors import SizeError
 
     outs = [out] if isinstance(out, np.ndarray) else list(out)
     if len(outs) != len(g.outputs):
         raise SizeError(f"out= holds {len(outs)} array(s); the model has {len(g.outputs)} "
-                        "output(s)")
+                        "output(s). Fix: pass one array per output, in order.")
     for k, (v, arr) in enumerate(zip(g.outputs, outs, strict=True)):
         want, dt = g.shape(v), np.dtype(_dtype(g, v))
         axes = ", ".join(a.describe() for a in g.values[v].axes)
         if not isinstance(arr, np.ndarray) or arr.shape != want or arr.dtype != dt:
             got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
-            raise SizeError(f"out[{k}] is {got}; output {k} is {want} {dt} over ({axes})")
+            raise SizeError(f"out[{k}] is {got}; output {k} is {want} {dt} over ({axes}). "
+                            f"Fix: pass numpy.empty({want}, numpy.{dt}).")
         if not arr.flags.c_contiguous or not arr.flags.writeable:
             raise SizeError(f"out[{k}] must be C-contiguous and writeable (output {k} over "
-                            f"({axes}))")
+                            f"({axes})). Fix: pass numpy.empty({want}, numpy.{dt}).")
         if any(np.shares_memory(arr, x) for x in inputs):
             raise SizeError(f"out[{k}] shares memory with an input; kernels read their inputs "
-                            "while writing outputs, so give a separate array")
+                            "while writing outputs. Fix: give a separate array.")
+        for j in range(k):
+            if np.shares_memory(arr, outs[j]):
+                raise SizeError(f"out[{k}] shares memory with out[{j}]; one output would "
+                                f"overwrite the other (output {k} over ({axes})). Fix: give "
+                                "each output its own array.")
     return outs
 
 
 class OpenCLExecutable(Executable):
     def __init__(self, model: Any, device: str | None = None, fast_math: bool = True,
                  fuse: bool | str = True, tiled: bool = True,
-                 local_memory: bool | None = None) -> None:
+                 local_memory: bool | None = None, max_builds: int = 8) -> None:
+        from ncd.errors import SizeError
+
+        if not isinstance(max_builds, int) or max_builds < 1:
+            raise SizeError(f"max_builds={max_builds!r}: an executable must keep at least one "
+                            "build. Fix: pass max_builds >= 1 (default 8).")
         self.model = model
         self.options = (device, fast_math, fuse, tiled, local_memory)
-        self._built: dict[tuple[Any, ...], Compiled] = {}
+        self.max_builds = max_builds
+        self._built: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
+        # one call at a time: kernel objects (their arguments) and intermediate buffers are
+        # shared between the calls of one build; a lock costs ~0.1 us against a call's launches
+        self._lock = threading.RLock()
 
     def compiled(self, graph: Graph) -> Compiled:
+        """The build for ``graph``'s sizes (least recently used builds beyond ``max_builds``
+        are dropped, and their device buffers with them)."""
         key = tuple((a.uid, graph.size(a)) for a in graph.axes)
-        if key not in self._built:
-            self._built[key] = Compiled(graph, *self.options)
-        return self._built[key]
+        with self._lock:
+            hit = self._built.get(key)
+            if hit is not None:
+                self._built.move_to_end(key)
+                return hit
+            built = Compiled(graph, *self.options)
+            self._built[key] = built
+            while len(self._built) > self.max_builds:
+                self._built.popitem(last=False)
+            return built
 
     def __call__(self, *inputs: Any, params: Any = None, out: Any = None) -> Any:
         """Run on NumPy arrays. ``out``: an array (or a tuple, one per output) to write into
-        instead of fresh ones, e.g. to reuse memory across calls; it is returned."""
+        instead of fresh ones, e.g. to reuse memory across calls; it is returned. Safe to
+        call from several threads (calls of one executable run one at a time)."""
         from ncd.reference import prepare
 
-        graph, arrays, ps = prepare(self.model, inputs, params)
+        graph, arrays, ps = prepare(self.model, inputs, params, cast="safe")
         given = None if out is None else check_out(graph, out, arrays)
-        outs = self.compiled(graph).run(arrays, ps, given)
+        with self._lock:
+            outs = self.compiled(graph).run(arrays, ps, given)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
@@ -185,7 +286,9 @@ class OpenCLBackend(Backend):
         """Options: ``device`` (index ``"P:D"`` or name substring), ``fast_math`` (default
         True), ``fuse`` (True: ncd.fuse or the local planner; ``"local"``; False: one kernel
         per op), ``tiled`` (use the tiled matmul template), ``local_memory`` (stage matmul
-        tiles in ``__local`` memory; default: when the device's local memory is dedicated)."""
+        tiles in ``__local`` memory; default: when the device's local memory is dedicated),
+        ``max_builds`` (builds kept for distinct input sizes, least recently used dropped;
+        default 8)."""
         return OpenCLExecutable(model, **options)
 
 

@@ -1,29 +1,106 @@
 """Building OpenCL programs: device choice, in-memory and on-disk caches, readable errors.
 
-Programs are cached by the SHA-256 of (source, build options, device, driver version): in
-memory for the process, and as device binaries under ``NCD_OPENCL_CACHE`` (default
-``~/.cache/ncd-opencl``) so a later process skips the compiler.
+Programs are keyed by the SHA-256 of (source, build options, device, driver version). The
+process keeps the most recently used ones in memory (``NCD_OPENCL_PROGRAMS``, default 64);
+device binaries go to a private on-disk cache (``NCD_OPENCL_CACHE``, else
+``$XDG_CACHE_HOME/ncd-opencl``, else ``~/.cache/ncd-opencl``) bounded by
+``NCD_OPENCL_CACHE_MB`` (default 256; 0 turns it off). Each entry carries its key and the
+SHA-256 of its binary and is written atomically; an entry that does not verify is rebuilt and
+replaced, so only a binary this driver produced for this exact key is ever loaded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import tempfile
+import threading
+import warnings
+from collections import OrderedDict
 from typing import Any
 
 from ncd.errors import CompileError, TargetNotFoundError
 
-__all__ = ["build", "cache_dir", "default_options", "get_context", "source_excerpt"]
+__all__ = ["build", "cache_dir", "default_options", "get_context", "source_excerpt",
+           "usable_cache_dir"]
 
+_LOCK = threading.RLock()  # guards the tables below; per-key locks serialise one build
 _CONTEXTS: dict[str, tuple[Any, Any, Any]] = {}
-_PROGRAMS: dict[str, Any] = {}
-STATS = {"memory_hits": 0, "disk_hits": 0, "builds": 0}
+_PROGRAMS: OrderedDict[str, Any] = OrderedDict()
+_BUILDING: dict[str, threading.Lock] = {}
+_CHECKED: dict[str, str | None] = {}  # cache path -> usable path (None: refused, warned once)
+STATS = {"memory_hits": 0, "disk_hits": 0, "builds": 0, "disk_rejected": 0}
+
+_MAGIC = b"NCD-OPENCL-BIN 1\n"
+_HEADER = len(_MAGIC) + 64 + 1 + 64 + 1 + 16 + 1  # magic, key, sha256(binary), length (hex)
+_NO_DEVICE = ("Fix: pip install \"pyopencl[pocl]\" for PoCL's CPU device (ncd-opencl depends on "
+              "it), or install the OpenCL driver (ICD) of your GPU.")
+
+
+def _env_number(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
 
 
 def cache_dir() -> str:
-    return os.environ.get("NCD_OPENCL_CACHE", os.path.join(os.path.expanduser("~"), ".cache",
-                                                            "ncd-opencl"))
+    """Where device binaries go (see the module docstring); not checked, see
+    ``usable_cache_dir``."""
+    if os.environ.get("NCD_OPENCL_CACHE"):
+        return os.environ["NCD_OPENCL_CACHE"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ncd-opencl")
+
+
+def usable_cache_dir() -> str | None:
+    """``cache_dir()``, created with mode 0700, when it is private to this user; ``None`` (no
+    disk cache, one warning) when it is owned by someone else or writable by group or others,
+    since anyone who can write there could make this process load their binary."""
+    path = cache_dir()
+    with _LOCK:
+        if path in _CHECKED:
+            return _CHECKED[path]
+        _CHECKED[path] = _check_private(path)
+        return _CHECKED[path]
+
+
+def _check_private(path: str) -> str | None:
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError as e:
+        warnings.warn(f"ncd-opencl: no disk cache ({path}: {e})", RuntimeWarning, stacklevel=3)
+        return None
+    getuid = getattr(os, "getuid", None)
+    owner_ok = getuid is None or st.st_uid == getuid()
+    if owner_ok and not st.st_mode & 0o022:
+        return path
+    why = "is owned by another user" if not owner_ok else "is writable by group or others"
+    warnings.warn(f"ncd-opencl: not using the program cache {path}: it {why}, so another user "
+                  "could plant binaries there. Fix: chmod 700 it, or point NCD_OPENCL_CACHE at a "
+                  "directory of your own.", RuntimeWarning, stacklevel=3)
+    return None
+
+
+def _platforms(cl: Any) -> list[tuple[Any, list[Any]]]:
+    """Every platform with its devices; ``TargetNotFoundError`` with the fix when none."""
+    try:
+        platforms = cl.get_platforms()
+    except (cl.Error, RuntimeError) as e:  # PLATFORM_NOT_FOUND_KHR: a loader with no driver
+        raise TargetNotFoundError(f"no OpenCL platform found ({e}). {_NO_DEVICE}") from None
+    found = []
+    for p in platforms:
+        try:
+            found.append((p, list(p.get_devices())))
+        except (cl.Error, RuntimeError):  # DEVICE_NOT_FOUND: a platform without devices
+            found.append((p, []))
+    if not any(devs for _, devs in found):
+        names = ", ".join(p.name for p, _ in found) or "none"
+        raise TargetNotFoundError(f"no OpenCL device found (platforms: {names}). {_NO_DEVICE}")
+    return found
 
 
 def get_context(device: str | None = None) -> tuple[Any, Any, Any]:
@@ -31,32 +108,37 @@ def get_context(device: str | None = None) -> tuple[Any, Any, Any]:
     platform (PoCL's CPU device with pyopencl[pocl]); ``"P:D"`` indices; or a substring of
     the platform or device name."""
     key = device or ""
-    if key in _CONTEXTS:
+    with _LOCK:
+        if key not in _CONTEXTS:
+            _CONTEXTS[key] = _open(device)
         return _CONTEXTS[key]
-    from ncd_opencl._pocl import ensure_usable_pocl
 
-    ensure_usable_pocl(cache_dir())
+
+def _open(device: str | None) -> tuple[Any, Any, Any]:
+    from ncd_opencl._pocl import ensure_usable_pocl, needs_fix
+
+    if needs_fix():  # the patched PoCL goes where only this user can write
+        ensure_usable_pocl(usable_cache_dir() or tempfile.mkdtemp(prefix="ncd-opencl-"))
     import pyopencl as cl
 
-    choices = [(p, d) for p in cl.get_platforms() for d in p.get_devices()]
-    if not choices:
-        raise TargetNotFoundError("no OpenCL device found; install pyopencl[pocl] for a CPU device")
-    chosen = choices[0]
+    platforms = _platforms(cl)
+    choices = [(p, d) for p, devs in platforms for d in devs]
+    chosen: tuple[Any, Any] | None = choices[0]
     if device:
         if re.fullmatch(r"\d+:\d+", device):
             pi, di = (int(t) for t in device.split(":"))
-            found = [(p, d) for p, d in choices if cl.get_platforms().index(p) == pi]
-            chosen = found[di] if di < len(found) else None  # type: ignore[assignment]
+            devs = platforms[pi][1] if pi < len(platforms) else []
+            chosen = (platforms[pi][0], devs[di]) if di < len(devs) else None
         else:
             hits = [(p, d) for p, d in choices if device.lower() in f"{p.name} {d.name}".lower()]
-            chosen = hits[0] if hits else None  # type: ignore[assignment]
+            chosen = hits[0] if hits else None
         if chosen is None:
             have = "; ".join(f"{p.name} / {d.name}" for p, d in choices)
-            raise TargetNotFoundError(f"no OpenCL device matches {device!r}; have: {have}")
+            raise TargetNotFoundError(f"no OpenCL device matches {device!r}; have: {have}. Fix: "
+                                      "pass device= as one of these names or as \"P:D\" indices.")
+    assert chosen is not None
     ctx = cl.Context([chosen[1]])
-    queue = cl.CommandQueue(ctx)
-    _CONTEXTS[key] = (ctx, queue, chosen[1])
-    return _CONTEXTS[key]
+    return ctx, cl.CommandQueue(ctx), chosen[1]
 
 
 def default_options(fast_math: bool = True) -> list[str]:
@@ -76,39 +158,56 @@ def source_excerpt(source: str, log: str, context: int = 4) -> str:
 
 
 def build(source: str, device: str | None = None, options: list[str] | None = None) -> Any:
-    """A built ``pyopencl.Program`` for ``source`` (cached); ``CompileError`` on failure."""
-    import pyopencl as cl
-
+    """A built ``pyopencl.Program`` for ``source`` (cached); ``CompileError`` on failure.
+    Thread-safe: concurrent calls for one program build it once."""
     ctx, _, dev = get_context(device)
     opts = list(options if options is not None else default_options())
     ident = "\0".join([source, " ".join(opts), dev.name, dev.platform.name, dev.driver_version])
     key = hashlib.sha256(ident.encode()).hexdigest()
-    if key in _PROGRAMS:
+    with _LOCK:
+        prog = _remembered(key)
+        if prog is not None:
+            return prog
+        lock = _BUILDING.setdefault(key, threading.Lock())
+    with lock:
+        with _LOCK:
+            prog = _remembered(key)
+        if prog is None:
+            prog = _from_disk(key, ctx, dev, opts) or _compile(key, source, ctx, dev, opts)
+        with _LOCK:
+            _PROGRAMS[key] = prog
+            while len(_PROGRAMS) > max(1, int(_env_number("NCD_OPENCL_PROGRAMS", 64))):
+                _PROGRAMS.popitem(last=False)  # least recently used
+            _BUILDING.pop(key, None)
+    return prog
+
+
+def _remembered(key: str) -> Any:
+    prog = _PROGRAMS.get(key)
+    if prog is not None:
+        _PROGRAMS.move_to_end(key)
         STATS["memory_hits"] += 1
-        return _PROGRAMS[key]
-    path = os.path.join(cache_dir(), f"{key}.bin")
-    prog = None
-    if os.path.exists(path):
-        try:
-            with open(path, "rb") as f:
-                prog = cl.Program(ctx, [dev], [f.read()]).build(options=opts)
-            STATS["disk_hits"] += 1
-        except Exception:  # a stale or foreign binary: rebuild from source
-            prog = None
-    if prog is None:
-        try:
-            prog = cl.Program(ctx, source).build(options=opts)
-        except cl.RuntimeError as e:
-            log = str(e)
-            raise CompileError(
-                f"OpenCL build failed on {dev.name}:\n{_first_errors(log)}\n\ngenerated source near "
-                f"the error:\n{source_excerpt(source, log)}\n\nFix: this is a code generation bug "
-                "or an unsupported op; report it with the model (ncd compile --emit writes the "
-                "full source)."
-            ) from None
+    return prog
+
+
+def _compile(key: str, source: str, ctx: Any, dev: Any, opts: list[str]) -> Any:
+    import pyopencl as cl
+
+    try:
+        prog = cl.Program(ctx, source).build(options=opts)
+    except cl.RuntimeError as e:
+        log = str(e)
+        raise CompileError(
+            f"OpenCL build failed on {dev.name}:\n{_first_errors(log)}\n\ngenerated source near "
+            f"the error:\n{source_excerpt(source, log)}\n\nFix: this is a code generation bug "
+            "or an unsupported op; report it with the model (ncd compile --emit writes the "
+            "full source)."
+        ) from None
+    with _LOCK:
         STATS["builds"] += 1
-        _store(path, prog)
-    _PROGRAMS[key] = prog
+    binaries = prog.get_info(cl.program_info.BINARIES)
+    if binaries and binaries[0]:
+        _store(key, bytes(binaries[0]))
     return prog
 
 
@@ -117,14 +216,104 @@ def _first_errors(log: str, n: int = 6) -> str:
     return "\n".join(hits[:n]) or log[:800]
 
 
-def _store(path: str, prog: Any) -> None:
+# ---- the on-disk cache: verified entries, atomic writes, LRU by modification time ----------
+
+def _limit_bytes() -> int:
+    return int(_env_number("NCD_OPENCL_CACHE_MB", 256) * 2**20)
+
+
+def _entry(key: str) -> str | None:
+    folder = usable_cache_dir() if _limit_bytes() > 0 else None
+    return None if folder is None else os.path.join(folder, f"{key}.bin")
+
+
+def pack_entry(key: str, binary: bytes) -> bytes:
+    """An entry: magic, its key, the SHA-256 of the binary and its length, then the binary."""
+    digest = hashlib.sha256(binary).hexdigest()
+    return b"".join([_MAGIC, key.encode(), b"\n", digest.encode(), b"\n",
+                     f"{len(binary):016x}".encode(), b"\n", binary])
+
+
+def unpack_entry(key: str, blob: bytes) -> bytes | None:
+    """The binary of an entry for ``key``; ``None`` on any mismatch (another key, a truncated
+    or altered binary, a foreign or older file format)."""
+    head, binary = blob[:_HEADER], blob[_HEADER:]
+    if len(head) != _HEADER or not head.startswith(_MAGIC):
+        return None
+    fields = head[len(_MAGIC):].split(b"\n")
+    if len(fields) != 4 or fields[0] != key.encode() or fields[3] != b"":
+        return None
     try:
-        binaries = prog.get_info(__import__("pyopencl").program_info.BINARIES)
-        if binaries and binaries[0]:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(binaries[0])
-            os.replace(tmp, path)
+        length = int(fields[2], 16)
+    except ValueError:
+        return None
+    if length != len(binary) or hashlib.sha256(binary).hexdigest().encode() != fields[1]:
+        return None
+    return binary
+
+
+def _from_disk(key: str, ctx: Any, dev: Any, opts: list[str]) -> Any:
+    import pyopencl as cl
+
+    path = _entry(key)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
     except OSError:
-        pass  # the disk cache is an optimisation; a read-only home must not break compiling
+        return None
+    binary = unpack_entry(key, blob)
+    prog = None
+    if binary is not None:
+        try:
+            prog = cl.Program(ctx, [dev], [binary]).build(options=opts)
+        except (cl.Error, RuntimeError):  # the driver refused its own binary: rebuild
+            prog = None
+    with _LOCK:
+        STATS["disk_hits" if prog is not None else "disk_rejected"] += 1
+    if prog is not None:
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: last to be evicted
+    return prog
+
+
+def _store(key: str, binary: bytes) -> None:
+    """Write an entry atomically (a private temp file, fsync, rename), then evict."""
+    path = _entry(key)
+    if path is None:
+        return
+    folder = os.path.dirname(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=folder)  # 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(pack_entry(key, binary))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        _evict(folder, _limit_bytes())
+    except OSError:
+        pass  # the disk cache is an optimisation; a full or read-only disk must not break builds
+
+
+def _evict(folder: str, limit: int) -> None:
+    """Remove the least recently used entries until the cache holds at most ``limit`` bytes."""
+    entries = []
+    with os.scandir(folder) as it:
+        for e in it:
+            if e.name.endswith(".bin") and e.is_file(follow_symlinks=False):
+                st = e.stat(follow_symlinks=False)
+                entries.append((st.st_mtime, st.st_size, e.path))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries):
+        if total <= limit:
+            break
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        total -= size
