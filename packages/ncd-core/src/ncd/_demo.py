@@ -34,16 +34,17 @@ def demo(out: str, layers: int = 2) -> int:
     ctx = {"model": model, "unbound": gpt, "params": params, "tokens": tokens, "logits": logits,
            "out": out, "sizes": sizes}
     failed = []
-    steps = registry().demo_steps
+    steps = registry().demo_steps_with_owners()
     if not steps:
         print("\n(no plugins installed: pip install packages/ncd-torch ... to see more)")
-    for step in steps:
+    for step, owner in steps:
         print(f"\n-- {step.name}")
         try:
             step.run(ctx)
-        except Exception:  # report every step, then fail at the end
+        except Exception:  # report every step, naming its plugin, then fail at the end
             traceback.print_exc()
-            failed.append(step.name)
+            print(f"demo step {step.name!r} of {owner.describe()} failed (above)")
+            failed.append(f"{step.name} ({owner.distribution})")
     if failed:
         print(f"\ndemo steps failed: {', '.join(failed)}")
         return 1

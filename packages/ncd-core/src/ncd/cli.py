@@ -6,12 +6,18 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from ncd.errors import NcdError
+from ncd.errors import NcdError, PluginError
+from ncd.plugins.attribution import call
+from ncd.plugins.interfaces import Command
+from ncd.plugins.precedence import PREFER_ENV, Owner, PluginWarning
 
-__all__ = ["BUILTIN_MODELS", "add_model_arguments", "load_model", "main", "parse_sizes"]
+__all__ = ["BUILTIN_MODELS", "CORE_COMMANDS", "add_model_arguments", "build_parser", "load_model", "main",
+           "parse_sizes"]
 
 
 def _builtin_models() -> dict[str, Any]:
@@ -81,17 +87,38 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     from ncd.plugins import registry
 
     reg = registry()
-    print(f"{'plugin':<12} {'distribution':<14} {'version':<9} status / hooks")
+    rows = [(p.name, p.distribution, p.version, p.status) for p in reg.plugins]
+    w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(("plugin", "distribution",
+                                                                          "version"))]
+    print(f"{'plugin':<{w[0]}}  {'distribution':<{w[1]}}  {'version':<{w[2]}}  status / hooks")
     for p in reg.plugins:
-        print(f"{p.name:<12} {p.distribution:<14} {p.version:<9} {p.status}")
+        print(f"{p.name:<{w[0]}}  {p.distribution:<{w[1]}}  {p.version:<{w[2]}}  {p.status}")
         if p.hooks:
-            print(f"{'':<37} {', '.join(p.hooks)}")
+            print(f"{' ' * (sum(w) + 6)}{', '.join(p.hooks)}")
     print()
-    for title, table in (("backends", reg.backends), ("exporters", reg.exporters),
-                         ("renderers", reg.renderers), ("cost models", reg.cost_models),
-                         ("commands", reg.commands)):
-        print(f"{title}: {', '.join(sorted(table)) or '(none)'}")
+    for title, kind, table in (("backends", "backend", reg.backends),
+                               ("exporters", "exporter", reg.exporters),
+                               ("renderers", "renderer", reg.renderers),
+                               ("cost models", "cost model", reg.cost_models),
+                               ("commands", "command", reg.commands)):
+        names = [_labelled(n, reg.owner(kind, n)) for n in sorted(table)]
+        names += [f"{n} (refused)" for n in sorted(reg.refused(kind))]
+        print(f"{title}: {', '.join(names) or '(none)'}")
+    if reg.overrides:
+        print("\noverrides (a third party replaces a built-in, as the user allowed):")
+        for c in reg.overrides:
+            print(f"  {c.kind} {c.name!r}: {c.winner.describe() if c.winner else '?'} replaces "
+                  f"{' and '.join(o.describe() for o in c.owners if o.builtin)}")
+    if reg.collisions:
+        print("\ncollisions:")
+        for c in reg.collisions:
+            print(f"  {c.describe()}")
     return 0
+
+
+def _labelled(name: str, owner: Any) -> str:
+    """A name, with its distribution when a third party provides it."""
+    return name if owner is None or owner.builtin else f"{name} ({owner.distribution})"
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -120,38 +147,93 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return demo(args.out, layers=args.layers)
 
 
+def _configure_demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="ncd-demo", help="folder for files the demo writes")
+    p.add_argument("--layers", type=int, default=2)
+
+
+def _configure_json(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    p.add_argument("-o", "--output")
+
+
+def _no_arguments(p: argparse.ArgumentParser) -> None:
+    return None
+
+
+#: The core's subcommands, registered by ncd-core's own plugin (``ncd.plugins._builtin``).
+CORE_COMMANDS = (
+    Command("demo", "build a GPT, configure, run and interpret it with every plugin",
+            _configure_demo, _cmd_demo),
+    Command("plugins", "list installed plugins, their versions, hooks, overrides and collisions",
+            _no_arguments, _cmd_plugins),
+    Command("explain", "print a model's ops with core and loop axes, and its config",
+            add_model_arguments, _cmd_explain),
+    Command("json", "write a model as interchange JSON", _configure_json, _cmd_json),
+)
+
+
+def _add_command(sub: Any, cmd: Command, owner: Owner | None) -> None:
+    """One subcommand. ``configure`` fills a scratch parser first, so a plugin whose
+    ``configure`` raises leaves no half-built subcommand: it gets a stub that says why."""
+    scratch = argparse.ArgumentParser(add_help=False)
+    try:
+        call(owner, f"command {cmd.name!r}: configure", cmd.configure, scratch)
+        p = sub.add_parser(cmd.name, help=cmd.help, parents=[scratch])
+    except (Exception, SystemExit) as e:  # argparse reports its own misuse by SystemExit
+        reason = f"{type(e).__name__}: {e}"
+        warnings.warn(f"ncd: command {cmd.name!r} is unavailable: {reason}", PluginWarning,
+                      stacklevel=2)
+        _add_stub(sub, cmd.name, f"command {cmd.name!r} is unavailable: {reason}")
+        return
+    p.set_defaults(func=cmd.run, _ncd_owner=owner)
+
+
+def _add_stub(sub: Any, name: str, message: str) -> None:
+    def fail(args: argparse.Namespace) -> int:
+        raise PluginError(message)
+
+    p = sub.add_parser(name, help=f"(unavailable) {message}")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(func=fail, _ncd_owner=None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ncd.plugins import registry
 
+    reg = registry()
     parser = argparse.ArgumentParser(prog="ncd", description="neural circuit diagrams toolkit")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="build a GPT, configure, run and interpret it with every plugin")
-    p.add_argument("--out", default="ncd-demo", help="folder for files the demo writes")
-    p.add_argument("--layers", type=int, default=2)
-    p.set_defaults(func=_cmd_demo)
-    p = sub.add_parser("plugins", help="list installed plugins, their versions and hooks")
-    p.set_defaults(func=_cmd_plugins)
-    p = sub.add_parser("explain", help="print a model's ops with core and loop axes, and its config")
-    add_model_arguments(p)
-    p.set_defaults(func=_cmd_explain)
-    p = sub.add_parser("json", help="write a model as interchange JSON")
-    add_model_arguments(p)
-    p.add_argument("-o", "--output")
-    p.set_defaults(func=_cmd_json)
-    for cmd in registry().commands.values():
-        p = sub.add_parser(cmd.name, help=cmd.help)
-        cmd.configure(p)
-        p.set_defaults(func=cmd.run)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for cmd in reg.commands.values():
+        _add_command(sub, cmd, reg.owner("command", cmd.name))
+    for name, collision in reg.refused("command").items():
+        _add_stub(sub, name, f"{collision.describe()}. Fix: choose one with "
+                             f"{PREFER_ENV}={name}=DISTRIBUTION")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one subcommand. Errors on bad input print one line (exit 2); a plugin's own bug
+    prints its traceback and the plugin's name (exit 1); Ctrl-C exits 130."""
     try:
-        return int(args.func(args) or 0)
-    except NcdError as e:
+        args = build_parser().parse_args(argv)
+        owner = getattr(args, "_ncd_owner", None)
+        return int(call(owner, f"command {args.command!r}", args.func, args) or 0)
+    except PluginError as e:
+        if e.__cause__ is not None and not isinstance(e.__cause__, NcdError):
+            traceback.print_exception(e.__cause__)
+            print(f"ncd: error: {e}", file=sys.stderr)
+            return 1
         print(f"ncd: error: {e}", file=sys.stderr)
         return 2
+    except NcdError as e:
+        print(f"ncd: error: {e}", file=sys.stderr)
+        for note in getattr(e, "__notes__", ()):
+            print(f"  ({note})", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ncd: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The plugin host: hook specifications, the interfaces plugins implement, and the registry."""
+"""The plugin host: hook specifications, the interfaces plugins implement, the registry and
+the precedence rule that settles name collisions between plugins."""
 
 from ncd.plugins.hookspecs import hookimpl, hookspec
 from ncd.plugins.interfaces import (
@@ -13,7 +14,9 @@ from ncd.plugins.interfaces import (
     Renderer,
 )
 from ncd.plugins.manager import KNOWN_PROVIDERS, PluginInfo, Registry, registry, reset
+from ncd.plugins.precedence import FIRST_PARTY, PREFER_ENV, Collision, Owner, PluginWarning
 
-__all__ = ["KNOWN_PROVIDERS", "Backend", "Command", "CostModel", "DemoStep", "Executable",
-           "Exporter", "Lowering", "OpDefinition", "PluginInfo", "Registry", "Renderer", "hookimpl",
-           "hookspec", "registry", "reset"]
+__all__ = ["FIRST_PARTY", "KNOWN_PROVIDERS", "PREFER_ENV", "Backend", "Collision", "Command",
+           "CostModel", "DemoStep", "Executable", "Exporter", "Lowering", "OpDefinition", "Owner",
+           "PluginInfo", "PluginWarning", "Registry", "Renderer", "hookimpl", "hookspec",
+           "registry", "reset"]

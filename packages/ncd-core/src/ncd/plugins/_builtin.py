@@ -1,12 +1,14 @@
-"""ncd-core's own plugin: the reference interpreter registered as the ``reference`` backend and
-a ``json`` exporter, through the same hooks third-party plugins use."""
+"""ncd-core's own plugin: the reference interpreter registered as the ``reference`` backend, a
+``json`` exporter and the core subcommands (``demo``, ``plugins``, ``explain``, ``json``), through
+the same hooks third-party plugins use, so a plugin claiming one of these names meets the same
+precedence rule as any other collision (built-ins win)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 from ncd.plugins.hookspecs import hookimpl
-from ncd.plugins.interfaces import Backend, Executable, Exporter
+from ncd.plugins.interfaces import Backend, Command, Executable, Exporter
 
 
 class ReferenceExecutable(Executable):
@@ -46,3 +48,10 @@ def ncd_register_backends() -> list[Backend]:
 @hookimpl
 def ncd_register_exporters() -> list[Exporter]:
     return [JsonExporter()]
+
+
+@hookimpl
+def ncd_register_commands() -> list[Command]:
+    from ncd import cli
+
+    return list(cli.CORE_COMMANDS)

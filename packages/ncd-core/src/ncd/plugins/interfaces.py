@@ -20,11 +20,15 @@ class Executable(abc.ABC):
 
 
 class Backend(abc.ABC):
-    """An executable target. ``capabilities`` may hold ``float64``, ``training``, ``gpu``..."""
+    """An executable target. ``capabilities`` may hold ``float64``, ``training``, ``gpu``...
+    ``override = True`` declares that it is meant to replace a built-in backend of the same name
+    (it then also needs the user's ``NCD_PLUGIN_PREFER=name=distribution``; the same holds for
+    every kind of registration, see ``ncd.plugins.precedence``)."""
 
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[str]] = frozenset()
     description: ClassVar[str] = ""
+    override: ClassVar[bool] = False
 
     @abc.abstractmethod
     def compile(self, model: Any, **options: Any) -> Executable:
@@ -36,6 +40,7 @@ class Exporter(abc.ABC):
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    override: ClassVar[bool] = False
 
     @abc.abstractmethod
     def export(self, model: Any, **options: Any) -> Any: ...
@@ -46,6 +51,7 @@ class Renderer(abc.ABC):
 
     name: ClassVar[str]
     formats: ClassVar[tuple[str, ...]] = ()
+    override: ClassVar[bool] = False
 
     @abc.abstractmethod
     def render(self, model: Any, fmt: str, **options: Any) -> str | bytes: ...
@@ -55,6 +61,7 @@ class CostModel(abc.ABC):
     """Prices a model on a machine description."""
 
     name: ClassVar[str]
+    override: ClassVar[bool] = False
 
     @abc.abstractmethod
     def cost(self, model: Any, machine: Any, **options: Any) -> Any: ...
@@ -67,15 +74,20 @@ class OpDefinition:
 
     op: type
     reference: Callable[..., Sequence[Any]]
+    override: bool = False  # op kinds are never replaced: kept for a uniform registration API
 
 
 @attrs.frozen
 class Lowering:
-    """How backend ``target`` runs op kind ``kind``; the rule's shape is the backend's own."""
+    """How backend ``target`` runs op kind ``kind``; the rule's shape is the backend's own.
+    A lowering of an op kind ncd-core defines replaces the target's own codegen: it is used only
+    from the target's own distribution, or with ``override=True`` allowed by the user
+    (``NCD_PLUGIN_PREFER=target/kind=distribution``)."""
 
     target: str
     kind: str
     rule: Callable[..., Any]
+    override: bool = False
 
 
 @attrs.frozen
@@ -87,6 +99,7 @@ class Command:
     help: str
     configure: Callable[[Any], None]
     run: Callable[[Any], int]
+    override: bool = False
 
 
 @attrs.frozen

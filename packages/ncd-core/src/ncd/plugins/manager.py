@@ -1,13 +1,21 @@
-"""The plugin host: loads entry points of the group ``ncd`` through pluggy and collects their
-registrations into one registry. A plugin that fails to load is reported in a warning and the
-rest keep working; ``NCD_DISABLE_PLUGINS=name,other`` skips plugins by entry-point name."""
+"""The plugin host: loads the entry points of the group ``ncd`` through pluggy, takes each
+plugin's registrations as claims and settles them into one registry by the rule of
+``ncd.plugins.precedence`` (built-ins win; overrides are explicit; nothing wins silently).
+
+A plugin that fails to load or register (an exception, even ``sys.exit()``) is named in a
+warning and leaves no trace; the rest keep working. Ctrl-C still stops loading, and the
+half-built registry is forgotten. ``NCD_DISABLE_PLUGINS=name,other`` skips plugins by
+entry-point name; ``NCD_PLUGIN_PREFER=name=distribution,...`` settles collisions.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import re
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -15,6 +23,7 @@ import pluggy
 
 from ncd.errors import PluginError, TargetNotFoundError
 from ncd.plugins import hookspecs
+from ncd.plugins.attribution import call
 from ncd.plugins.interfaces import (
     Backend,
     Command,
@@ -24,6 +33,16 @@ from ncd.plugins.interfaces import (
     Lowering,
     OpDefinition,
     Renderer,
+)
+from ncd.plugins.precedence import (
+    PREFER_ENV,
+    Claim,
+    Collision,
+    Owner,
+    PluginWarning,
+    normalise,
+    parse_prefer,
+    resolve,
 )
 
 __all__ = ["KNOWN_PROVIDERS", "PluginInfo", "Registry", "registry", "reset"]
@@ -44,6 +63,8 @@ KNOWN_PROVIDERS = {
     "perf": "ncd-perf",
 }
 
+_COMMAND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
 
 @attrs.frozen
 class PluginInfo:
@@ -54,157 +75,374 @@ class PluginInfo:
     hooks: tuple[str, ...] = ()
 
 
-class Registry:
-    """Everything plugins registered, by kind and name."""
+@attrs.frozen
+class _Hook:
+    """What one hook registers: the table ``kind``, the class of its items, an item's name."""
 
-    def __init__(self) -> None:
+    kind: str
+    cls: type
+    key: Callable[[Any], str]
+    override: Callable[[Any], bool] = lambda item: bool(item.override)
+
+
+def _name(item: Any) -> str:
+    return str(item.name)
+
+
+HOOKS: dict[str, _Hook] = {
+    "ncd_register_backends": _Hook("backend", Backend, _name),
+    "ncd_register_exporters": _Hook("exporter", Exporter, _name),
+    "ncd_register_renderers": _Hook("renderer", Renderer, _name),
+    "ncd_register_cost_models": _Hook("cost model", CostModel, _name),
+    "ncd_register_commands": _Hook("command", Command, _name),
+    "ncd_register_ops": _Hook("op", OpDefinition, lambda d: str(d.op.kind)),
+    "ncd_register_lowerings": _Hook("lowering", Lowering, lambda lw: f"{lw.target}/{lw.kind}"),
+    "ncd_demo_steps": _Hook("demo step", DemoStep, _name, lambda _: False),  # never collide
+}
+
+
+class Registry:
+    """Everything plugins registered, by kind and name, and every collision on the way."""
+
+    def __init__(self, *, prefer: Mapping[str, str] | None = None,
+                 disabled: Iterable[str] | None = None) -> None:
         self.pm = pluggy.PluginManager("ncd")
         self.pm.add_hookspecs(hookspecs)
         self.plugins: list[PluginInfo] = []
         self.backends: dict[str, Backend] = {}
         self.exporters: dict[str, Exporter] = {}
         self.renderers: dict[str, Renderer] = {}
+        self.formats: dict[str, Renderer] = {}
         self.cost_models: dict[str, CostModel] = {}
         self.commands: dict[str, Command] = {}
         self.demo_steps: list[DemoStep] = []
         self.lowerings: dict[tuple[str, str], Lowering] = {}
+        self.collisions: list[Collision] = []
+        if prefer is None:
+            prefer, bad = parse_prefer(os.environ.get(PREFER_ENV, ""))
+            for entry in bad:
+                self._warn(f"{PREFER_ENV}: ignored {entry!r}; entries read name=distribution")
+        self.prefer = {name: normalise(dist) for name, dist in prefer.items()}
+        if disabled is None:
+            disabled = os.environ.get(DISABLE_ENV, "").split(",")
+        self.disabled = frozenset(s.strip() for s in disabled if s.strip())
+        self._claims: list[Claim] = []
+        self._owners: dict[tuple[str, str], Owner] = {}
+        self._refused: dict[tuple[str, str], Collision] = {}
+        self._steps: list[tuple[DemoStep, Owner]] = []
+
+    @property
+    def overrides(self) -> list[Collision]:
+        """Collisions where a third party replaced a built-in (both keys turned)."""
+        return [c for c in self.collisions if c.overridden]
+
+    def owner(self, kind: str, name: str) -> Owner | None:
+        """Who registered the ``kind`` (``backend``, ``command``...) named ``name``."""
+        return self._owners.get((kind, name))
+
+    def refused(self, kind: str) -> dict[str, Collision]:
+        """Names of ``kind`` that no one got (two third parties, and the user chose neither)."""
+        return {n: c for (k, n), c in self._refused.items() if k == kind}
+
+    def demo_steps_with_owners(self) -> list[tuple[DemoStep, Owner]]:
+        return sorted(self._steps, key=lambda s: s[0].order)
 
     # -- loading ---------------------------------------------------------------------------------
     def load(self) -> None:
         from ncd.plugins import _builtin
 
-        self._register(_builtin, "reference", "ncd-core", _version("ncd-core"), "builtin")
-        disabled = {s.strip() for s in os.environ.get(DISABLE_ENV, "").split(",") if s.strip()}
-        for ep in sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-            dist = ep.dist.name if ep.dist is not None else "?"
-            version = ep.dist.version if ep.dist is not None else "?"
-            if ep.name in disabled:
-                self.plugins.append(PluginInfo(ep.name, dist, version, "disabled"))
+        self._load_one(Owner("reference", "ncd-core", _version("ncd-core")), lambda: _builtin,
+                       "builtin")
+        eps = sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, _dist(e)))
+        by_name: dict[str, list[str]] = {}
+        for ep in eps:
+            owner = Owner(ep.name, _dist(ep), ep.dist.version if ep.dist is not None else "?")
+            by_name.setdefault(ep.name, []).append(owner.distribution)
+            if ep.name in self.disabled:
+                self.plugins.append(PluginInfo(ep.name, owner.distribution, owner.version,
+                                               "disabled"))
                 continue
-            try:
-                module = ep.load()
-                self._register(module, ep.name, dist, version, "loaded")
-            except Exception as e:
-                self.plugins.append(PluginInfo(ep.name, dist, version, f"failed: {type(e).__name__}: {e}"))
-                warnings.warn(f"ncd plugin {ep.name!r} ({dist}) failed to load: {type(e).__name__}: {e}",
-                              RuntimeWarning, stacklevel=3)
+            self._load_one(owner, ep.load, "loaded")
+        for name, dists in by_name.items():
+            if len(dists) > 1:
+                self._warn(f"ncd: entry point {name!r} is declared by {' and '.join(dists)}; "
+                           f"both are loaded, and {DISABLE_ENV}={name} would skip both")
+        self._settle_all()
 
-    def _register(self, module: Any, name: str, dist: str, version: str, status: str) -> None:
-        if self.pm.get_plugin(name) is None:
-            self.pm.register(module, name=name)
-        hooks = tuple(h.name for h in self.pm.get_hookcallers(module) or ())
-        collected: dict[str, list[Any]] = {}
-        for hook in hooks:
-            impls = [i for i in getattr(self.pm.hook, hook).get_hookimpls() if i.plugin is module]
-            items: list[Any] = []
-            for impl in impls:
-                result = impl.function()
-                if result is None:
-                    continue
-                if not isinstance(result, list | tuple):
-                    raise PluginError(f"plugin {name!r}: {hook} must return a list, got {type(result).__name__}")
-                items.extend(result)
-            collected[hook] = items
-        self._collect(name, collected)
-        self.plugins.append(PluginInfo(name, dist, version, status, hooks))
+    def _load_one(self, owner: Owner, load: Callable[[], Any], status: str) -> None:
+        try:
+            claims, hooks = self._register(load(), owner)
+        except (Exception, SystemExit) as e:  # sys.exit() in a plugin must not end ncd
+            reason = f"{type(e).__name__}: {e}"
+            self.plugins.append(PluginInfo(owner.plugin, owner.distribution, owner.version,
+                                           f"failed: {reason}"))
+            self._warn(f"ncd plugin {owner.plugin!r} ({owner.distribution} {owner.version}) "
+                       f"failed to load: {reason}. Fix: repair or uninstall "
+                       f"{owner.distribution}, or skip it with {DISABLE_ENV}={owner.plugin}")
+            return
+        self._claims.extend(claims)
+        self.plugins.append(PluginInfo(owner.plugin, owner.distribution, owner.version, status,
+                                       hooks))
 
-    def _collect(self, plugin: str, collected: dict[str, list[Any]]) -> None:
-        adders: dict[str, tuple[type, Callable[[Any], object]]] = {
-            "ncd_register_backends": (Backend, lambda x: self._add(self.backends, x)),
-            "ncd_register_exporters": (Exporter, lambda x: self._add(self.exporters, x)),
-            "ncd_register_renderers": (Renderer, lambda x: self._add(self.renderers, x)),
-            "ncd_register_cost_models": (CostModel, lambda x: self._add(self.cost_models, x)),
-            "ncd_register_commands": (Command, lambda x: self._add(self.commands, x)),
-            "ncd_demo_steps": (DemoStep, self.demo_steps.append),
-            "ncd_register_ops": (OpDefinition, _add_op),
-            "ncd_register_lowerings": (Lowering, lambda x: self.lowerings.setdefault((x.target, x.kind), x)),
-        }
-        for hook, items in collected.items():
-            cls, add = adders[hook]
-            for item in items:
-                if not isinstance(item, cls):
-                    raise PluginError(f"plugin {plugin!r}: {hook} returned {item!r}, not a {cls.__name__}")
-                add(item)
-        self.demo_steps.sort(key=lambda s: s.order)
+    def _register(self, module: Any, owner: Owner) -> tuple[list[Claim], tuple[str, ...]]:
+        """Register ``module`` with pluggy and call its hooks; on any failure (Ctrl-C too) it
+        is unregistered again, so the registry never holds half a plugin."""
+        if self.pm.is_registered(module):
+            raise PluginError(f"its module is already registered as plugin "
+                              f"{self.pm.get_name(module)!r}")
+        taken = self.pm.get_plugin(owner.plugin) is not None
+        self.pm.register(module, name=f"{owner.plugin}@{owner.distribution}" if taken
+                         else owner.plugin)
+        try:
+            return self._collect(module, owner)
+        except BaseException:
+            self.pm.unregister(module)
+            raise
+
+    def _collect(self, module: Any, owner: Owner) -> tuple[list[Claim], tuple[str, ...]]:
+        claims: list[Claim] = []
+        hooks: list[str] = []
+        for caller in self.pm.get_hookcallers(module) or ():
+            hook = HOOKS.get(caller.name)
+            if hook is None:
+                raise PluginError(f"it implements {caller.name}, which is not an ncd hook "
+                                  f"(known: {', '.join(HOOKS)})")
+            hooks.append(caller.name)
+            for impl in caller.get_hookimpls():
+                if impl.plugin is module:
+                    claims.extend(_claims(hook, caller.name, impl.function(), owner))
+        return claims, tuple(sorted(hooks))
+
+    # -- settling names --------------------------------------------------------------------------
+    def _settle_all(self) -> None:
+        groups: dict[tuple[str, str], list[Claim]] = {}
+        for c in self._claims:
+            if c.kind == "demo step":
+                self._steps.append((c.item, c.owner))
+            else:
+                groups.setdefault((c.kind, c.name), []).append(c)
+        self.demo_steps = [s for s, _ in self.demo_steps_with_owners()]
+        tables: dict[str, dict[str, Any]] = {
+            "backend": self.backends, "exporter": self.exporters, "renderer": self.renderers,
+            "cost model": self.cost_models, "command": self.commands}
+        for (kind, _), claims in groups.items():
+            if kind in tables:
+                win = self._settle(claims)
+                if win is not None:
+                    tables[kind][win.name] = win.item
+        for (kind, _), claims in groups.items():
+            if kind == "lowering":
+                self._settle_lowering(claims)
+            elif kind == "op":
+                self._settle_op(claims)
+        self._settle_formats()
+
+    def _settle(self, claims: list[Claim]) -> Claim | None:
+        win, collision = resolve(claims, self.prefer)
+        key = (claims[0].kind, claims[0].name)
+        if collision is not None:
+            self.collisions.append(collision)
+            self._warn(f"ncd: {collision.describe()}")
+            if win is None:
+                self._refused[key] = collision
+        if win is not None:
+            self._owners[key] = win.owner
+        return win
+
+    def _settle_lowering(self, claims: list[Claim]) -> None:
+        """The owner of a target keeps its codegen: its own lowerings count as built-in, and a
+        lowering of a core op kind from anyone else competes with the target's own rule."""
+        from ncd.op import OP_KINDS
+
+        target, _, kind = claims[0].name.partition("/")
+        owner = self.owner("backend", target) or self.owner("exporter", target)
+        mine = owner is not None and any(c.owner == owner for c in claims)
+        claims = [attrs.evolve(c, protected=True) if c.owner == owner else c for c in claims]
+        cls = OP_KINDS.get(kind)
+        if owner is not None and not mine and cls is not None and _is_core(cls):
+            claims.append(Claim("lowering", claims[0].name, None, owner, protected=True))
+        win = self._settle(claims)
+        if win is None:
+            refused = self._refused[("lowering", claims[0].name)]
+            self.lowerings[(target, kind)] = Lowering(target, kind, _refusing(refused))
+        elif win.item is not None:
+            self.lowerings[(target, kind)] = win.item
+
+    def _settle_op(self, claims: list[Claim]) -> None:
+        """An op kind, once defined, is never replaced: JSON loading and every rule table key
+        on it. A claim on a kind held by another class loses whatever the settings."""
+        from ncd.op import OP_KINDS, register_op
+        from ncd.reference import REFERENCE_RULES
+
+        name = claims[0].name
+        existing = OP_KINDS.get(name)
+        if existing is not None and all(c.item.op is not existing for c in claims):
+            holder = _module_owner(existing.__module__)
+            collision = Collision("op", name, (holder, *(c.owner for c in claims)), holder,
+                                  f"op kind already defined by {existing.__module__}."
+                                  f"{existing.__qualname__}; op kinds are never replaced, "
+                                  "rename the new kind")
+            self.collisions.append(collision)
+            self._warn(f"ncd: {collision.describe()}")
+            return
+        win = self._settle([attrs.evolve(c, protected=c.item.op is existing) for c in claims])
+        if win is not None:
+            register_op(win.item.op)
+            REFERENCE_RULES[win.item.op] = win.item.reference
+
+    def _settle_formats(self) -> None:
+        groups: dict[str, list[Claim]] = {}
+        for name, r in self.renderers.items():
+            owner = self._owners[("renderer", name)]
+            for fmt in r.formats:
+                groups.setdefault(fmt, []).append(Claim("format", fmt, r, owner, r.override))
+        for claims in groups.values():
+            win = self._settle(claims)
+            if win is not None:
+                self.formats[win.name] = win.item
 
     @staticmethod
-    def _add(table: dict[str, Any], item: Any) -> None:
-        table.setdefault(item.name, item)
+    def _warn(message: str) -> None:
+        warnings.warn(message, PluginWarning, stacklevel=3)
 
     # -- lookup ------------------------------------------------------------------------------------
-    def _missing(self, what: str, name: str, table: dict[str, Any]) -> TargetNotFoundError:
+    def _lookup(self, kind: str, name: str, table: Mapping[str, Any]) -> Any:
+        if name in table:
+            return table[name]
+        refused = self._refused.get((kind, name))
+        if refused is not None:
+            choices = " or ".join(f"{PREFER_ENV}={name}={o.distribution}" for o in refused.owners)
+            raise PluginError(f"{refused.describe()}. Fix: choose one with {choices}, or "
+                              "uninstall one of them")
+        raise self._missing(kind, name, table)
+
+    def _missing(self, what: str, name: str, table: Mapping[str, Any]) -> TargetNotFoundError:
         have = ", ".join(sorted(table)) or "none"
-        hint = ""
-        if name in KNOWN_PROVIDERS:
-            pkg = KNOWN_PROVIDERS[name]
-            hint = f" '{name}' is provided by the {pkg} package: pip install packages/{pkg}."
-        return TargetNotFoundError(f"no {what} named {name!r} is installed (installed: {have}).{hint}")
+        fix = f" Fix: use one of the installed {what}s, or install a plugin that provides it."
+        pkg = KNOWN_PROVIDERS.get(name)
+        info = next((p for p in self.plugins if pkg and normalise(p.distribution) == pkg), None)
+        if pkg is not None and info is None:
+            fix = f" '{name}' is provided by the {pkg} package. Fix: pip install packages/{pkg}."
+        elif info is not None and info.status == "disabled":
+            fix = (f" {pkg} is installed but its plugin {info.name!r} is disabled. Fix: remove "
+                   f"{info.name!r} from {DISABLE_ENV}.")
+        elif info is not None and info.status.startswith("failed"):
+            fix = (f" {pkg} is installed but its plugin {info.name!r} {info.status}. Fix: "
+                   f"repair the {pkg} installation (see the warning printed when it loaded).")
+        return TargetNotFoundError(f"no {what} named {name!r} is installed (installed: {have})."
+                                   f"{fix}")
 
     def backend(self, name: str) -> Backend:
-        if name not in self.backends:
-            raise self._missing("backend", name, self.backends)
-        return self.backends[name]
+        backend: Backend = self._lookup("backend", name, self.backends)
+        return backend
 
     def exporter(self, name: str) -> Exporter:
-        if name not in self.exporters:
-            raise self._missing("exporter", name, self.exporters)
-        return self.exporters[name]
+        exporter: Exporter = self._lookup("exporter", name, self.exporters)
+        return exporter
 
     def renderer_for(self, fmt: str) -> Renderer | None:
-        for r in self.renderers.values():
-            if fmt in r.formats:
-                return r
-        return None
+        """The renderer that draws ``fmt``, None if none does (refused formats raise)."""
+        if fmt not in self.formats and ("format", fmt) not in self._refused:
+            return None
+        return self.renderer(fmt)
 
     def renderer(self, fmt: str) -> Renderer:
-        r = self.renderer_for(fmt)
-        if r is None:
-            raise self._missing("renderer for format", fmt, {f: r for r in self.renderers.values() for f in r.formats})
-        return r
+        renderer: Renderer = self._lookup("format", fmt, self.formats)
+        return renderer
+
+    def render(self, model: Any, fmt: str, **options: Any) -> str | bytes:
+        """Draw ``model`` as ``fmt`` with the renderer for it, its errors attributed."""
+        r = self.renderer(fmt)
+        owner = self._owners.get(("format", fmt))
+        return call(owner, f"renderer {r.name!r}", r.render, model, fmt, **options)
 
     def cost_model(self, name: str) -> CostModel:
-        if name not in self.cost_models:
-            raise self._missing("cost model", name, self.cost_models)
-        return self.cost_models[name]
+        model: CostModel = self._lookup("cost model", name, self.cost_models)
+        return model
 
     def lowerings_for(self, target: str) -> dict[str, Lowering]:
         """Op kind -> lowering registered for ``target`` by any plugin."""
         return {k: lw for (t, k), lw in self.lowerings.items() if t == target}
 
 
-def _add_op(definition: OpDefinition) -> None:
-    from ncd.op import register_op
-    from ncd.reference import REFERENCE_RULES
+def _claims(hook: _Hook, hook_name: str, result: Any, owner: Owner) -> list[Claim]:
+    if result is None:
+        return []
+    if not isinstance(result, list | tuple):
+        raise PluginError(f"{hook_name} must return a list, got {type(result).__name__}")
+    out = []
+    for item in result:
+        if not isinstance(item, hook.cls):
+            raise PluginError(f"{hook_name} returned {item!r}, not a {hook.cls.__name__}")
+        name = hook.key(item)
+        if not name or (hook.kind == "command" and not _COMMAND_NAME.fullmatch(name)):
+            raise PluginError(f"{hook_name} returned a {hook.kind} with the invalid name "
+                              f"{name!r}")
+        out.append(Claim(hook.kind, name, item, owner, hook.override(item)))
+    return out
 
-    register_op(definition.op)
-    REFERENCE_RULES[definition.op] = definition.reference  # type: ignore[assignment]
+
+def _refusing(collision: Collision) -> Callable[..., Any]:
+    def rule(*_: Any, **__: Any) -> Any:
+        raise PluginError(f"{collision.describe()}. Fix: choose one with "
+                          f"{PREFER_ENV}={collision.name}=DISTRIBUTION")
+
+    return rule
+
+
+def _is_core(cls: type) -> bool:
+    return cls.__module__ == "ncd" or cls.__module__.startswith("ncd.")
+
+
+def _module_owner(module: str) -> Owner:
+    top = module.split(".")[0]
+    dist = "ncd-core" if top == "ncd" else top.replace("_", "-")
+    if _version(dist) == "?":
+        dists = md.packages_distributions().get(top, [])
+        dist = dists[0] if dists else f"module {top}"
+    return Owner(module, dist, _version(dist))
+
+
+def _dist(ep: md.EntryPoint) -> str:
+    return ep.dist.name if ep.dist is not None else "?"
 
 
 def _version(dist: str) -> str:
     try:
         return md.version(dist)
-    except md.PackageNotFoundError:
+    except (md.PackageNotFoundError, ValueError):
         return "?"
 
 
 _REGISTRY: Registry | None = None
+_SETTINGS: dict[str, Any] = {}
+_LOCK = threading.RLock()
 
 
 def registry() -> Registry:
-    """The process-wide registry, loaded on first use."""
+    """The process-wide registry, loaded on first use (once, whichever thread asks first)."""
     global _REGISTRY
-    if _REGISTRY is None:
-        reg = Registry()
-        _REGISTRY = reg
-        try:
-            reg.load()
-        except Exception:
-            _REGISTRY = None
-            raise
-    return _REGISTRY
+    with _LOCK:
+        if _REGISTRY is None:
+            reg = Registry(**_SETTINGS)
+            _REGISTRY = reg  # plugins that look it up while loading see this one
+            try:
+                reg.load()
+            except BaseException:  # Ctrl-C included: the next call starts from scratch
+                _REGISTRY = None
+                raise
+        return _REGISTRY
 
 
-def reset() -> None:
-    """Forget the registry (tests; after changing ``NCD_DISABLE_PLUGINS``)."""
+def reset(*, prefer: Mapping[str, str] | None = None,
+          disabled: Iterable[str] | None = None) -> None:
+    """Forget the registry (tests; after changing the environment). ``prefer`` and
+    ``disabled`` replace ``NCD_PLUGIN_PREFER`` and ``NCD_DISABLE_PLUGINS`` for the next load."""
     global _REGISTRY
-    _REGISTRY = None
+    with _LOCK:
+        _REGISTRY = None
+        _SETTINGS.clear()
+        if prefer is not None:
+            _SETTINGS["prefer"] = dict(prefer)
+        if disabled is not None:
+            _SETTINGS["disabled"] = tuple(disabled)
