@@ -45,15 +45,15 @@ def check_fits(graph: Graph, gen: Any, device: Any) -> None:
                 n = math.prod(int(graph.size(a) or 1) for a in b.axes)
                 sizes[ident] = (n * np.dtype(_NP[b.ctype]).itemsize, b)
     limit, memory = int(device.max_mem_alloc_size), int(device.global_mem_size)
-    fix = ("Fix: bind smaller sizes for these axes (or run the work in batches); an intermediate "
-           "is stored only when fusion cannot keep it on chip, so keep fuse=True.")
+    fix = "Fix: bind smaller sizes for these axes, or run the work in smaller batches"
     for (kind, what), (nbytes, b) in sizes.items():
         if nbytes > limit:
-            desc = f"parameter {what}" if kind == "param" else f"value {what} {graph.values[what]}"
+            desc, hint = _describe(graph, kind, what)
             axes = ", ".join(a.describe() for a in b.axes)
             raise SizeError(f"{desc} over ({axes}) needs {nbytes:,} bytes ({_mb(nbytes)}) in one "
                             f"buffer; OpenCL device {device.name.strip()!r} allows at most "
-                            f"{limit:,} bytes ({_mb(limit)}, CL_DEVICE_MAX_MEM_ALLOC_SIZE). {fix}")
+                            f"{limit:,} bytes ({_mb(limit)}, CL_DEVICE_MAX_MEM_ALLOC_SIZE). "
+                            f"{fix}{hint}.")
     total = sum(n for n, _ in sizes.values())
     if total > memory:
         big = sorted(sizes.items(), key=lambda kv: -kv[1][0])[:3]
@@ -61,7 +61,21 @@ def check_fits(graph: Graph, gen: Any, device: Any) -> None:
                           for (_, w), (n, b) in big)
         raise SizeError(f"the kernels need {total:,} bytes ({_mb(total)}) of buffers; OpenCL "
                         f"device {device.name.strip()!r} has {memory:,} bytes ({_mb(memory)}, "
-                        f"CL_DEVICE_GLOBAL_MEM_SIZE). Largest: {names}. {fix}")
+                        f"CL_DEVICE_GLOBAL_MEM_SIZE). Largest: {names}. {fix}.")
+
+
+def _describe(graph: Graph, kind: str, what: Any) -> tuple[str, str]:
+    """What a buffer holds, in words, and a hint for an intermediate the plan stores."""
+    if kind == "param":
+        return f"parameter {what}", ""
+    t = graph.values[what]
+    if what in graph.inputs:
+        return f"input {graph.inputs.index(what)} {t}", ""
+    if what in graph.outputs:
+        return f"output {graph.outputs.index(what)} {t}", ""
+    op = next((n.op.label for n in graph.nodes if what in n.outputs), "?")
+    return (f"the intermediate {t} written by {op}",
+            " (fuse=True keeps intermediates like it on chip where the plan allows)")
 
 
 class Compiled:
