@@ -110,14 +110,19 @@ class Writer:
             return
         saved = self.stack
         target = saved[depth]
+        # just before the open block, found by identity: an enclosing ``at_depth`` may have
+        # left ``insert_at`` *after* it (a normaliser's statistics computed while another
+        # normaliser's statistics loop is being written)
+        pos = next(k for k, it in enumerate(target.items) if it is saved[depth + 1])
         old = target.insert_at
-        target.insert_at = len(target.items) - 1 if old is None else old
+        target.insert_at = pos
         self.stack = saved[: depth + 1]
         try:
             yield
         finally:
             self.stack = saved
-            target.insert_at = old
+            added = target.insert_at - pos
+            target.insert_at = None if old is None else old + added if old > pos else old
 
     def render(self, indent: int = 1) -> str:
         return "\n".join(self.root.render(indent))
