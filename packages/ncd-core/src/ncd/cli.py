@@ -108,7 +108,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         print("\noverrides (a third party replaces a built-in, as the user allowed):")
         for c in reg.overrides:
             print(f"  {c.kind} {c.name!r}: {c.winner.describe() if c.winner else '?'} replaces "
-                  f"{' and '.join(o.describe() for o in c.owners if o.builtin)}")
+                  f"{' and '.join(o.describe() for o in c.builtins)}")
     if reg.collisions:
         print("\ncollisions:")
         for c in reg.collisions:
@@ -181,10 +181,16 @@ def _add_command(sub: Any, cmd: Command, owner: Owner | None) -> None:
         call(owner, f"command {cmd.name!r}: configure", cmd.configure, scratch)
         p = sub.add_parser(cmd.name, help=cmd.help, parents=[scratch])
     except (Exception, SystemExit) as e:  # argparse reports its own misuse by SystemExit
-        reason = f"{type(e).__name__}: {e}"
-        warnings.warn(f"ncd: command {cmd.name!r} is unavailable: {reason}", PluginWarning,
-                      stacklevel=2)
-        _add_stub(sub, cmd.name, f"command {cmd.name!r} is unavailable: {reason}")
+        cause = e.__cause__ if isinstance(e, PluginError) and e.__cause__ is not None else e
+        where, fix = "", ""
+        if owner is not None:
+            where = f" of {owner.describe()}"
+            fix = (f" Fix: report it to the authors of {owner.distribution}, or skip the plugin "
+                   f"with NCD_DISABLE_PLUGINS={owner.plugin}.")
+        message = (f"command {cmd.name!r}{where} is unavailable: its configure() failed with "
+                   f"{type(cause).__name__}: {cause}.{fix}")
+        warnings.warn(f"ncd: {message}", PluginWarning, stacklevel=2)
+        _add_stub(sub, cmd.name, message)
         return
     p.set_defaults(func=cmd.run, _ncd_owner=owner)
 
@@ -193,8 +199,10 @@ def _add_stub(sub: Any, name: str, message: str) -> None:
     def fail(args: argparse.Namespace) -> int:
         raise PluginError(message)
 
-    p = sub.add_parser(name, help=f"(unavailable) {message}")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    # no option prefix: whatever follows the name (``--n 3`` too) is taken, so the error below
+    # is what the user sees, not argparse's complaint about an unknown option
+    p = sub.add_parser(name, help=f"(unavailable) {message}", prefix_chars="\0", add_help=False)
+    p.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
     p.set_defaults(func=fail, _ncd_owner=None)
 
 

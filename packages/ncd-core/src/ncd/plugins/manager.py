@@ -281,7 +281,7 @@ class Registry:
             collision = Collision("op", name, (holder, *(c.owner for c in claims)), holder,
                                   f"op kind already defined by {existing.__module__}."
                                   f"{existing.__qualname__}; op kinds are never replaced, "
-                                  "rename the new kind")
+                                  "rename the new kind", (holder,))
             self.collisions.append(collision)
             self._warn(f"ncd: {collision.describe()}")
             return
@@ -314,7 +314,7 @@ class Registry:
             choices = " or ".join(f"{PREFER_ENV}={name}={o.distribution}" for o in refused.owners)
             raise PluginError(f"{refused.describe()}. Fix: choose one with {choices}, or "
                               "uninstall one of them")
-        raise self._missing(kind, name, table)
+        raise self._missing("renderer for format" if kind == "format" else kind, name, table)
 
     def _missing(self, what: str, name: str, table: Mapping[str, Any]) -> TargetNotFoundError:
         have = ", ".join(sorted(table)) or "none"
@@ -329,6 +329,9 @@ class Registry:
         elif info is not None and info.status.startswith("failed"):
             fix = (f" {pkg} is installed but its plugin {info.name!r} {info.status}. Fix: "
                    f"repair the {pkg} installation (see the warning printed when it loaded).")
+        elif info is not None:
+            fix = (f" {pkg} {info.version} is installed and loaded, but registers no {what} "
+                   f"named {name!r}. Fix: use one of the installed {what}s.")
         return TargetNotFoundError(f"no {what} named {name!r} is installed (installed: {have})."
                                    f"{fix}")
 

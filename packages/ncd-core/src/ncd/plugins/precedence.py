@@ -82,12 +82,13 @@ class Collision:
     owners: tuple[Owner, ...]
     winner: Owner | None
     rule: str
+    builtins: tuple[Owner, ...] = ()  # the owners that counted as built-in
 
     @property
     def overridden(self) -> bool:
         """A third party replaced a built-in (both keys turned)."""
-        return self.winner is not None and not self.winner.builtin and any(
-            o.builtin for o in self.owners)
+        return self.winner is not None and bool(self.builtins) and (
+            self.winner not in self.builtins)
 
     def describe(self) -> str:
         owners = " and ".join(o.describe() for o in self.owners)
@@ -127,9 +128,13 @@ def resolve(claims: Sequence[Claim], prefer: Mapping[str, str]) -> tuple[Claim |
     if len(cands) == 1:
         return cands[0], None
     kind, name = cands[0].kind, cands[0].name
-    owners = tuple(c.owner for c in cands)
     builtins = sorted((c for c in cands if c.builtin), key=_rank)
     third = [c for c in cands if not c.builtin]
+    owners = tuple(c.owner for c in cands)
+
+    def collision(winner: Owner | None, rule: str) -> Collision:
+        return Collision(kind, name, owners, winner, rule, tuple(c.owner for c in builtins))
+
     chosen = prefer.get(name)
     note = ""
     if chosen is not None:
@@ -137,21 +142,21 @@ def resolve(claims: Sequence[Claim], prefer: Mapping[str, str]) -> tuple[Claim |
         if picked is None:
             note = f"; {PREFER_ENV} names {chosen}, which does not register it"
         elif picked.builtin or not builtins:
-            return picked, Collision(kind, name, owners, picked.owner, f"chosen by {PREFER_ENV}")
+            return picked, collision(picked.owner, f"chosen by {PREFER_ENV}")
         elif picked.override:
-            return picked, Collision(kind, name, owners, picked.owner,
-                                     f"override: it declares override=True and {PREFER_ENV} "
-                                     "allows it")
+            return picked, collision(picked.owner, f"override: it declares override=True and "
+                                                   f"{PREFER_ENV} allows it")
         else:
             note = (f"; {PREFER_ENV} names {chosen}, but its registration does not declare "
                     "override=True")
     if builtins:
         win = builtins[0]
         hint = third[0].owner.distribution if third else "DIST"
-        return win, Collision(kind, name, owners, win.owner,
-                              f"built-ins win{note}; to let a third party replace it, its "
-                              f"registration must say override=True and the user must set "
-                              f"{PREFER_ENV}={name}={hint}")
-    return None, Collision(kind, name, owners, None,
-                           f"two third-party plugins claim it{note}; choose one with "
-                           f"{PREFER_ENV}={name}={cands[0].owner.distribution}")
+        if not third:
+            return win, collision(win.owner, f"first-party packages rank in the order "
+                                             f"{', '.join(FIRST_PARTY)}{note}")
+        return win, collision(win.owner, f"built-ins win{note}; to let a third party replace "
+                                         f"it, its registration must say override=True and the "
+                                         f"user must set {PREFER_ENV}={name}={hint}")
+    return None, collision(None, f"two third-party plugins claim it{note}; choose one with "
+                                 f"{PREFER_ENV}={name}={cands[0].owner.distribution}")
