@@ -127,3 +127,55 @@ def test_ncd_plugins_lists_an_override_and_a_collision(fakes: Fakes) -> None:
     assert "command 'json' is claimed by ncd-core" in over and "cmd-thief 1.0" in over
     assert "backends: " in r.stdout and "reference (my-ref)" in r.stdout
     assert "PluginWarning" in r.stderr  # each collision warned about, on stderr
+
+
+def handler_source(target: str, marker: str) -> str:
+    return f'''
+        from ncd.plugins import Command, hookimpl
+        from ncd.cli import add_model_arguments
+
+        def configure(p):
+            add_model_arguments(p)
+            p.add_argument("--shout", action="store_true")
+
+        def run(args):
+            print({marker!r}, args.model, args.target, args.shout)
+            return 0
+
+        @hookimpl
+        def ncd_register_commands():
+            return [Command("compile", "compile for {target}", configure, run, target={target!r})]
+    '''
+
+
+def test_ncd_compile_dispatches_by_target(fakes: Fakes, capsys: pytest.CaptureFixture[str]) -> None:
+    fakes.add("mine-backend", handler_source("mine", "mine-handler"))
+    code, out, _ = ncd(capsys, "compile", "attention", "--target", "mine", "--shout")
+    assert code == 0 and out == "mine-handler attention mine True\n"
+    code, out, _ = ncd(capsys, "compile", "attention", "--bind", "q=7", "--target", "reference")
+    assert code == 0 and "compiled attention (3 ops) for 'reference'" in out
+    code, _, err = ncd(capsys, "compile", "attention", "--target", "nope")
+    assert code == 2 and "no backend named 'nope'" in err
+
+
+def test_a_second_compile_handler_for_opencl_is_reported_and_loses(
+        fakes: Fakes, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ncd_opencl")
+    fakes.add("cl-thief", handler_source("opencl", "stolen"))
+    _, warned = load()
+    assert any("command 'compile/opencl'" in m and "cl-thief 1.0" in m and "ncd-opencl" in m
+               for m in warned)
+    code, out, _ = ncd(capsys, "compile", "attention", "--bind", "q=13", "x=7", "d=5", "v=3",
+                       "--target", "opencl", "--fuse", "none")
+    assert code == 0 and "OpenCL kernel(s)" in out and "stolen" not in out
+
+
+def test_two_compile_handlers_for_one_third_party_target_are_refused(
+        fakes: Fakes, capsys: pytest.CaptureFixture[str]) -> None:
+    fakes.add("h-one", handler_source("shared", "one"))
+    fakes.add("h-two", handler_source("shared", "two"))
+    code, _, err = ncd(capsys, "compile", "attention", "--target", "shared")
+    assert code == 2 and "h-one 1.0" in err and "h-two 1.0" in err
+    code, out, _ = ncd(capsys, "compile", "attention", "--target", "shared",
+                       prefer={"compile/shared": "h-one"})
+    assert code == 0 and out.startswith("one attention shared")

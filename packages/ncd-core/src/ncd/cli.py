@@ -14,6 +14,7 @@ from typing import Any
 from ncd.errors import NcdError, PluginError
 from ncd.plugins.attribution import call
 from ncd.plugins.interfaces import Command
+from ncd.plugins.manager import TARGETED_COMMANDS
 from ncd.plugins.precedence import PREFER_ENV, Owner, PluginWarning
 
 __all__ = ["BUILTIN_MODELS", "CORE_COMMANDS", "add_model_arguments", "build_parser", "load_model", "main",
@@ -147,6 +148,50 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return demo(args.out, layers=args.layers)
 
 
+def _cmd_compile(args: argparse.Namespace) -> int:
+    """``ncd compile MODEL --target NAME ...``: the rest of the line goes to the handler that
+    backend registered (``Command(..., target=NAME)``), or to a generic one that compiles."""
+    from ncd.plugins import registry
+
+    reg = registry()
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--target")
+    known, rest = pre.parse_known_args(args.rest)
+    handlers = {c.target: c for c in reg.commands.values() if c.name == "compile" and c.target}
+    target = known.target
+    if target is None:
+        if len(handlers) != 1:
+            raise NcdError(f"ncd compile needs --target NAME (backends: "
+                           f"{', '.join(sorted(reg.backends))}; with their own options: "
+                           f"{', '.join(sorted(handlers)) or 'none'}). Fix: add --target NAME.")
+        target = next(iter(handlers))
+    refused = reg.refused("command").get(f"compile/{target}")
+    if refused is not None:
+        raise PluginError(f"{refused.describe()}. Fix: choose one with "
+                          f"{PREFER_ENV}=compile/{target}=DISTRIBUTION")
+    handler = handlers.get(target)
+    if handler is None:
+        reg.backend(target)  # an unknown target fails here, naming the installed ones
+        handler = Command("compile", f"compile a model for the {target} backend",
+                          add_model_arguments, _compile_generic, target=target)
+    owner = reg.owner("command", f"compile/{target}")
+    p = argparse.ArgumentParser(prog=f"ncd compile --target {target}", description=handler.help)
+    what = f"command 'compile --target {target}'"
+    call(owner, f"{what}: configure", handler.configure, p)
+    parsed = p.parse_args(rest)
+    parsed.target = target
+    return int(call(owner, what, handler.run, parsed) or 0)
+
+
+def _compile_generic(args: argparse.Namespace) -> int:
+    from ncd.api import compile
+
+    model = load_model(args.model, args.bind)
+    exe = compile(model, args.target)
+    print(f"compiled {args.model} ({len(model.graph.nodes)} ops) for {args.target!r}: {exe!r}")
+    return 0
+
+
 def _configure_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="ncd-demo", help="folder for files the demo writes")
     p.add_argument("--layers", type=int, default=2)
@@ -170,6 +215,9 @@ CORE_COMMANDS = (
     Command("explain", "print a model's ops with core and loop axes, and its config",
             add_model_arguments, _cmd_explain),
     Command("json", "write a model as interchange JSON", _configure_json, _cmd_json),
+    Command("compile", "compile a model for a backend: MODEL --target NAME, then that "
+            "backend's options (ncd compile --target NAME -h lists them)", _no_arguments,
+            _cmd_compile),
 )
 
 
@@ -206,6 +254,13 @@ def _add_stub(sub: Any, name: str, message: str) -> None:
     p.set_defaults(func=fail, _ncd_owner=None)
 
 
+def _add_dispatcher(sub: Any, cmd: Command) -> None:
+    """A core command whose arguments belong to a per-target handler: take the line whole."""
+    p = sub.add_parser(cmd.name, help=cmd.help, prefix_chars="\0", add_help=False)
+    p.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd.run, _ncd_owner=None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ncd.plugins import registry
 
@@ -213,8 +268,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ncd", description="neural circuit diagrams toolkit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in reg.commands.values():
-        _add_command(sub, cmd, reg.owner("command", cmd.name))
+        owner = reg.owner("command", cmd.name)
+        if cmd.target is not None:
+            continue  # reached through its core command (ncd compile --target ...)
+        if cmd.name in TARGETED_COMMANDS and owner is not None and owner.core:
+            _add_dispatcher(sub, cmd)
+        else:
+            _add_command(sub, cmd, owner)
     for name, collision in reg.refused("command").items():
+        if "/" in name:
+            continue  # reported by the dispatcher when that target is asked for
         _add_stub(sub, name, f"{collision.describe()}. Fix: choose one with "
                              f"{PREFER_ENV}={name}=DISTRIBUTION")
     return parser

@@ -93,13 +93,15 @@ class Lowering:
 @attrs.frozen
 class Command:
     """An ``ncd`` subcommand: ``configure(parser)`` adds arguments, ``run(args)`` returns an exit
-    code."""
+    code. With ``target`` set, it is the handler of ``ncd NAME --target TARGET`` for one backend
+    (only the core's ``compile`` dispatches so); it then registers as ``NAME/TARGET``."""
 
     name: str
     help: str
     configure: Callable[[Any], None]
     run: Callable[[Any], int]
     override: bool = False
+    target: str | None = None
 
 
 @attrs.frozen

@@ -65,6 +65,9 @@ KNOWN_PROVIDERS = {
 
 _COMMAND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
+#: Core subcommands that hand over to a per-backend ``Command`` (``target=...``) by ``--target``.
+TARGETED_COMMANDS = ("compile",)
+
 
 @attrs.frozen
 class PluginInfo:
@@ -94,7 +97,8 @@ HOOKS: dict[str, _Hook] = {
     "ncd_register_exporters": _Hook("exporter", Exporter, _name),
     "ncd_register_renderers": _Hook("renderer", Renderer, _name),
     "ncd_register_cost_models": _Hook("cost model", CostModel, _name),
-    "ncd_register_commands": _Hook("command", Command, _name),
+    "ncd_register_commands": _Hook("command", Command, lambda c: _name(c) if c.target is None
+                                   else f"{c.name}/{c.target}"),
     "ncd_register_ops": _Hook("op", OpDefinition, lambda d: str(d.op.kind)),
     "ncd_register_lowerings": _Hook("lowering", Lowering, lambda lw: f"{lw.target}/{lw.kind}"),
     "ncd_demo_steps": _Hook("demo step", DemoStep, _name, lambda _: False),  # never collide
@@ -378,11 +382,18 @@ def _claims(hook: _Hook, hook_name: str, result: Any, owner: Owner) -> list[Clai
         if not isinstance(item, hook.cls):
             raise PluginError(f"{hook_name} returned {item!r}, not a {hook.cls.__name__}")
         name = hook.key(item)
-        if not name or (hook.kind == "command" and not _COMMAND_NAME.fullmatch(name)):
+        if not name or (hook.kind == "command" and not _command_name_ok(item)):
             raise PluginError(f"{hook_name} returned a {hook.kind} with the invalid name "
-                              f"{name!r}")
+                              f"{name!r} (names read like 'draw' or 'my-tool'; a command with "
+                              f"a target must be one of: {', '.join(TARGETED_COMMANDS)})")
         out.append(Claim(hook.kind, name, item, owner, hook.override(item)))
     return out
+
+
+def _command_name_ok(cmd: Any) -> bool:
+    if cmd.target is not None:
+        return cmd.name in TARGETED_COMMANDS and bool(_COMMAND_NAME.fullmatch(cmd.target))
+    return bool(_COMMAND_NAME.fullmatch(cmd.name))
 
 
 def _refusing(collision: Collision) -> Callable[..., Any]:
