@@ -205,3 +205,48 @@ def test_a_plugins_executable_keeps_its_numbers_errors_and_attributes(fakes: Fak
     with pytest.raises(ncd.SizeError, match="last axis must be 5") as info:  # bad input: as is
         exe(np.ones((q, 4)), np.ones((x, 4)), np.ones((x, 3)))
     assert any("faulty-plugin 2.1" in n for n in info.value.__notes__)
+
+
+FAILING_STEP = '''
+    from ncd.plugins import DemoStep, hookimpl
+
+    def crash(ctx):
+        raise IndexError("step bug")
+
+    def fine(ctx):
+        print("fine step saw logits", ctx["logits"].shape)
+
+    @hookimpl
+    def ncd_demo_steps():
+        return [DemoStep("crashing step", 1, crash), DemoStep("fine step", 2, fine)]
+'''
+
+
+def test_a_failing_demo_step_is_named_and_the_others_run(fakes: Fakes,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from ncd._demo import demo
+
+    fakes.add("step-plugin", FAILING_STEP, version="0.3")
+    first_party = [p.name for p in registry().plugins if p.distribution.startswith("ncd-")]
+    reset(disabled=first_party)  # only the fake plugin's steps
+    assert demo(str(fakes.root / "out"), layers=1) == 1
+    out, err = capsys.readouterr()
+    assert "IndexError: step bug" in err
+    assert "demo step 'crashing step' of step-plugin 0.3 (plugin 'step-plugin') failed" in out
+    assert "fine step saw logits (64, 256)" in out
+    assert "demo steps failed: crashing step (step-plugin)" in out
+
+
+def test_the_registry_loads_once_whichever_thread_asks_first(fakes: Fakes) -> None:
+    import threading
+
+    fakes.add("slow-plugin", backend_source("slow") + "\n        import time\n        time.sleep(0.05)\n")
+    reset()
+    got: list[Any] = []
+    threads = [threading.Thread(target=lambda: got.append(registry())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(r) for r in got}) == 1 and "slow" in got[0].backends
+    assert [p.distribution for p in got[0].plugins].count("slow-plugin") == 1

@@ -290,3 +290,25 @@ def test_an_op_kind_is_never_replaced(fakes: Fakes) -> None:
     assert any("op 'softmax'" in m and "never replaced" in m for m in warned)
     got = ncd.run(ncd.ops.softmax("x").bind(x=3), np.array([0.0, 1.0, -np.inf]))
     np.testing.assert_allclose(got, [1 / (1 + np.e), np.e / (1 + np.e), 0.0])
+
+
+def test_an_entry_point_name_taken_twice_loads_both_and_says_so(fakes: Fakes) -> None:
+    pytest.importorskip("ncd_opencl")
+    fakes.add("twin-opencl", backend_source("opencl"), entry="opencl")
+    reg, warned = load()
+    assert [p.distribution for p in reg.plugins if p.name == "opencl"] == ["ncd-opencl",
+                                                                          "twin-opencl"]
+    assert all(p.status == "loaded" for p in reg.plugins if p.name == "opencl")
+    assert type(reg.backend("opencl")).__module__.startswith("ncd_opencl")
+    assert any("entry point 'opencl' is declared by ncd-opencl and twin-opencl" in m
+               for m in warned)
+
+
+def test_a_malformed_prefer_entry_is_named_and_ignored(fakes: Fakes,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    fakes.add("one-dist", backend_source("shared"))
+    fakes.add("two-dist", backend_source("shared"))
+    monkeypatch.setenv("NCD_PLUGIN_PREFER", " shared = Two_Dist , oops, =x")
+    reg, warned = load()
+    assert reg.owner("backend", "shared").distribution == "two-dist"
+    assert any("ignored 'oops'" in m for m in warned) and any("ignored '=x'" in m for m in warned)
