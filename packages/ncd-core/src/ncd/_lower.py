@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import attrs
 
 from ncd.axis import ArrayType, Axis
-from ncd.errors import AlignmentError
+from ncd.errors import AlignmentError, DTypeError
 from ncd.graph import Graph, Node, Scope
 from ncd.op import Op
 from ncd.sizes import SizeSolver
@@ -166,6 +166,13 @@ class Builder:
             if v is None:
                 assert isinstance(ref, Hole)
                 v = self.materialise(ref, ArrayType(core_in[k], in_dtypes[k]))
+            if not op.accepts(k, self.values[v].dtype):
+                raise DTypeError(
+                    f"input {k} of {op.label} [{op.core_text()}] (built at {site}) takes "
+                    f"{in_dtypes[k]} data, but receives {self.describe_value(v)} of dtype "
+                    f"{self.values[v].dtype}. Fix: feed it a {in_dtypes[k]} value (integer ids "
+                    "go only to ops.embedding)."
+                )
             values.append(v)
         bound = op.substitute(self.resolve)
         core_in, core_out = bound.signature()

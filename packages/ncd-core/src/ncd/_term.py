@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ncd._lower import Builder, Hole, Ref
-from ncd.axis import ArrayType, Axis, AxisLike
-from ncd.errors import AlignmentError, TraceError
+from ncd.axis import ArrayType, Axis, AxisLike, check_name
+from ncd.errors import AlignmentError, DefinitionError, TraceError
 from ncd.graph import Graph, Scope
 from ncd.op import Op
 
@@ -57,21 +57,30 @@ class Term:
 
     # -- composition -----------------------------------------------------------------------------
     def __rshift__(self, other: Term) -> Term:
-        if not isinstance(other, Term):
-            return NotImplemented
-        return Seq(self, other)
+        return Seq(self, _term("f >> g", other))
+
+    def __rrshift__(self, other: object) -> Term:
+        return Seq(_term("f >> g", other), self)
 
     def __matmul__(self, other: Term) -> Term:
-        if not isinstance(other, Term):
-            return NotImplemented
-        return Par(self, other)
+        return Par(self, _term("f @ g", other))
+
+    def __rmatmul__(self, other: object) -> Term:
+        return Par(_term("f @ g", other), self)
 
     def over(self, *axes: AxisLike) -> Term:
         """Lift over new leading axes: every input gains them, one instance runs per index."""
+        for a in axes:
+            if not isinstance(a, Axis | str):
+                raise DefinitionError(f".over() takes axes or axis names, got {a!r}. Fix: pass "
+                                      "e.g. .over('batch') or .over(ncd.Axis('batch', size=8)).")
         return Over(self, tuple(a if isinstance(a, Axis) else Axis(a) for a in axes))
 
     def named(self, name: str, label: str | None = None) -> Term:
         """A definition: stays a named block (``name`` its kind, ``label`` its parameter prefix)."""
+        check_name("a definition's name", name)
+        if label is not None:
+            check_name(f"the label of definition {name!r}", label, empty=True)
         return Def(self, name, name if label is None else label)
 
     # -- lowering ----------------------------------------------------------------------------------
@@ -148,6 +157,16 @@ class Term:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.n_in}->{self.n_out} built at {self.site}>"
+
+
+def _term(where: str, value: object) -> Term:
+    if not isinstance(value, Term):
+        raise DefinitionError(
+            f"{where} composes terms, got {type(value).__name__} {value!r}. Fix: wrap values "
+            "as terms (ops.constant(...), ncd.identity(...)), or call terms on tensors inside "
+            "ncd.trace."
+        )
+    return value
 
 
 def lower_term(term: Term) -> Graph:
@@ -361,17 +380,31 @@ class Wire(Term):
 
 def identity(*types: ArrayType | Sequence[Axis] | int) -> Term:
     """Pass values through: ``identity(2)`` for two untyped wires, or give their types."""
-    if len(types) == 1 and isinstance(types[0], int):
+    if len(types) == 1 and isinstance(types[0], int) and not isinstance(types[0], bool):
         n = types[0]
+        if n < 0:
+            raise DefinitionError(f"identity({n}): the number of wires must be >= 0. Fix: "
+                                  "pass a count such as identity(2).")
         return Wire("identity", n, tuple(range(n)))
-    ts = tuple(t if isinstance(t, ArrayType) else ArrayType(tuple(t)) for t in types)  # type: ignore[arg-type]
+    ts = tuple(_array_type(t) for t in types)
     return Wire("identity", len(ts), tuple(range(len(ts))), ts)
+
+
+def _array_type(t: object) -> ArrayType:
+    if isinstance(t, ArrayType):
+        return t
+    if isinstance(t, Axis | str | int) or not isinstance(t, Sequence):
+        raise DefinitionError(
+            f"expected an array type or a sequence of axes, got {t!r}. Fix: pass e.g. "
+            "[q, d] or ncd.ArrayType((q, d))."
+        )
+    return ArrayType(tuple(t))
 
 
 def copy(n: int = 2) -> Term:
     """One input, ``n`` identical outputs (using a value twice)."""
-    if n < 1:
-        raise TraceError("copy needs n >= 1")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise TraceError(f"copy needs an int n >= 1, got {n!r}. Fix: copy(2) uses a value twice.")
     return Wire("copy", 1, (0,) * n)
 
 

@@ -144,6 +144,9 @@ def _trace(
 ) -> Term:
     from ncd._term import GraphTerm, call_site
 
+    if inputs is not None and (isinstance(inputs, str) or not isinstance(inputs, Sequence)):
+        raise TraceError(f"trace(inputs=...) takes a list of array types, got {inputs!r}. Fix: "
+                         "pass e.g. inputs=[ncd.ArrayType((s, d))].")
     site = call_site()
     if inputs is not None:
         n_in = len(inputs)
@@ -155,8 +158,10 @@ def _trace(
     scope = Scope(name, label if label is not None else name) if name else None
     b = Builder(scope)
     holes: list[Hole] = [b.new_slot() for _ in range(n_in)]
+    from ncd._term import _array_type
+
     for hole, t in zip(holes, inputs or (), strict=False):
-        b.materialise(hole, t if isinstance(t, ArrayType) else ArrayType(tuple(t)))
+        b.materialise(hole, _array_type(t))
     token = _ACTIVE.set(b)
     try:
         result = fn(*(Tensor(b, h) for h in holes))

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import colorsys
 import os
+import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
-__all__ = ["DTYPES", "ArrayType", "Axis", "AxisLike", "axes", "dtype_bytes"]
+from ncd.errors import DefinitionError
+
+__all__ = ["DTYPES", "DTYPE_KINDS", "MAX_SIZE", "ArrayType", "Axis", "AxisLike", "axes",
+           "check_name", "dtype_bytes"]
+
+#: The largest size one axis may have (2^62): larger is a typo, and products of such sizes
+#: overflow the 64-bit element counts every backend indexes with.
+MAX_SIZE = 2**62
 
 #: Element types a wire may carry, with their storage size in bytes (used by cost models).
 DTYPES: dict[str, float] = {
@@ -28,6 +36,10 @@ DTYPES: dict[str, float] = {
 }
 
 
+#: dtype -> its kind; a wire of one kind never feeds an op input of another (no silent casts).
+DTYPE_KINDS: dict[str, str] = {d: "float" if "float" in d else d.rstrip("0123456789") for d in DTYPES}
+
+
 def dtype_bytes(dtype: str) -> float:
     """Bytes per element of ``dtype``."""
     return DTYPES[dtype]
@@ -37,22 +49,54 @@ def _new_uid() -> str:
     return os.urandom(4).hex()
 
 
-def _check_name(_: Any, __: Any, value: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise TypeError(f"an axis name must be a non-empty string, got {value!r}")
+def _bad_char(text: str) -> str | None:
+    """The first control character (or lone surrogate) in ``text``, as ``U+XXXX``."""
+    for ch in text:
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+def check_name(what: str, value: object, *, empty: bool = False) -> None:
+    """Raise ``DefinitionError`` unless ``value`` is a string without control characters (and
+    non-empty unless ``empty``): names end up in parameter paths, diagrams and messages."""
+    if not isinstance(value, str) or (not value and not empty):
+        kind = "a string" if empty else "a non-empty string"
+        raise DefinitionError(f"{what} must be {kind}, got {value!r}. Fix: pass {kind}.")
+    bad = _bad_char(value)
+    if bad is not None:
+        raise DefinitionError(
+            f"{what} {value!r} contains the control character {bad}. Fix: use printable "
+            "characters only."
+        )
+
+
+def _check_axis_name(_: Any, attribute: Any, value: str) -> None:
+    check_name(f"an axis {attribute.name}", value)
 
 
 def _check_size(_: Any, __: Any, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"an axis size must be a positive int or None, got {value!r}")
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DefinitionError(
+            f"an axis size must be a positive int or None, got {value!r} "
+            f"({type(value).__name__}). Fix: pass an int, e.g. size=int(n)."
+        )
+    if not 1 <= value <= MAX_SIZE:
+        shown = value if value.bit_length() < 70 else f"an int of {len(str(value))} digits"
+        raise DefinitionError(
+            f"an axis size must lie in [1, 2^62], got {shown}. Fix: pass the size the axis "
+            "really has (None leaves it free)."
+        )
 
 
 @attrs.frozen(eq=False, repr=False)
 class Axis:
     """A named symbol with a random uid and an optional size (``None`` means free)."""
 
-    name: str = attrs.field(validator=_check_name)
-    uid: str = attrs.field(factory=_new_uid, kw_only=True)
+    name: str = attrs.field(validator=_check_axis_name)
+    uid: str = attrs.field(factory=_new_uid, kw_only=True, validator=_check_axis_name)
     size: int | None = attrs.field(default=None, kw_only=True, validator=_check_size)
 
     def __eq__(self, other: object) -> bool:
@@ -101,29 +145,48 @@ AxisLike = Axis | str
 
 def axes(spec: str | Iterable[str], **sizes: int) -> tuple[Axis, ...]:
     """Make several fresh axes: ``q, x, d = ncd.axes("q x d", d=64)``."""
-    names = spec.split() if isinstance(spec, str) else list(spec)
+    if isinstance(spec, str):
+        names = spec.split()
+    elif isinstance(spec, Iterable):
+        names = list(spec)
+    else:
+        raise DefinitionError(f"ncd.axes takes names like 'q x d', got {spec!r}. Fix: pass a string.")
     unknown = set(sizes) - set(names)
     if unknown:
-        raise ValueError(f"sizes given for axes not in {names}: {sorted(unknown)}")
+        raise DefinitionError(
+            f"sizes given for axes not in {names}: {sorted(unknown)}. Fix: name each sized axis "
+            "in the spec."
+        )
     return tuple(Axis(n, size=sizes.get(n)) for n in names)
 
 
 def _to_axes(value: Iterable[Axis]) -> tuple[Axis, ...]:
+    if not isinstance(value, Iterable) or isinstance(value, str):
+        raise DefinitionError(f"array type axes must be a sequence of Axis, got {value!r}. "
+                              "Fix: pass e.g. (q, d).")
     return tuple(value)
 
 
 def _distinct(_: Any, __: Any, value: tuple[Axis, ...]) -> None:
     for a in value:
         if not isinstance(a, Axis):
-            raise TypeError(f"array type axes must be Axis objects, got {a!r}")
+            raise DefinitionError(
+                f"array type axes must be Axis objects, got {a!r}. Fix: make them with ncd.Axis "
+                "or ncd.axes."
+            )
     if len(set(value)) != len(value):
-        dup = [a.ref for a in value if value.count(a) > 1]
-        raise ValueError(f"an array type's axes must be distinct; repeated: {sorted(set(dup))}")
+        dup = [a.describe() for a in value if value.count(a) > 1]
+        raise DefinitionError(
+            f"an array type's axes must be distinct; repeated: {sorted(set(dup))}. Fix: use a "
+            "second axis (e.g. ops.rename) for the second dimension."
+        )
 
 
 def _check_dtype(_: Any, __: Any, value: str) -> None:
-    if value not in DTYPES:
-        raise ValueError(f"unknown dtype {value!r}; known: {', '.join(DTYPES)}")
+    if not isinstance(value, str) or value not in DTYPES:
+        raise DefinitionError(
+            f"unknown dtype {value!r}. Fix: use one of {', '.join(DTYPES)}."
+        )
 
 
 @attrs.frozen

@@ -14,12 +14,15 @@ from typing import Any
 
 import attrs
 
-from ncd.axis import ArrayType, Axis
-from ncd.errors import SizeError
+from ncd.axis import MAX_SIZE, ArrayType, Axis, check_name
+from ncd.errors import DefinitionError, SizeError
 from ncd.op import Op, Param
 from ncd.sizes import Config, SizeSolver, SizeVar, unique_labels
 
-__all__ = ["Graph", "Node", "Scope"]
+__all__ = ["MAX_ELEMENTS", "Graph", "Node", "Scope"]
+
+#: The most elements one value may have: counts and offsets must fit a signed 64-bit int.
+MAX_ELEMENTS = 2**63 - 1
 
 
 @attrs.frozen
@@ -27,9 +30,22 @@ class Scope:
     """A named definition instance: ``name`` is its kind (``transformer_block``), ``label`` its
     instance name in parameter paths (``blocks.0``); ``parent`` indexes the enclosing scope."""
 
-    name: str
-    label: str = ""
-    parent: int | None = None
+    name: str = attrs.field()
+    label: str = attrs.field(default="")
+    parent: int | None = attrs.field(default=None)
+
+    @name.validator
+    def _check_name(self, _: Any, value: str) -> None:
+        check_name("a scope (definition) name", value)
+
+    @label.validator
+    def _check_label(self, _: Any, value: str) -> None:
+        check_name(f"the label of scope {self.name!r}", value, empty=True)
+
+    @parent.validator
+    def _check_parent(self, _: Any, value: int | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise DefinitionError(f"a scope's parent must be a scope index or None, got {value!r}")
 
 
 @attrs.frozen
@@ -71,6 +87,18 @@ class Graph:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     scopes: tuple[Scope, ...] = (Scope("model"),)
+
+    def __attrs_post_init__(self) -> None:
+        for t in self.values:
+            count = 1
+            for a in t.axes:
+                count *= a.size or 1
+            if count > MAX_ELEMENTS:
+                raise SizeError(
+                    f"a value {t} ({', '.join(a.describe() for a in t.axes)}) would have {count} "
+                    f"elements, more than a 64-bit count holds ({MAX_ELEMENTS}). Fix: bind "
+                    "smaller sizes."
+                )
 
     # -- queries -------------------------------------------------------------------------------
     @functools.cached_property
@@ -164,8 +192,13 @@ class Graph:
         solver = self._solver()
         unknown = []
         for key, size in wanted.items():
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise SizeError(f"size for {key!r} must be a positive int, got {size!r}")
+            if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_SIZE:
+                shown = size if not isinstance(size, int) or size.bit_length() < 70 else (
+                    f"an int of {len(str(size))} digits")
+                raise SizeError(
+                    f"size for {key!r} must be a positive int <= 2^62, got {shown!r}. Fix: bind "
+                    "the size the axis really has."
+                )
             if isinstance(key, Axis):
                 if key.uid not in self.axis_by_uid:
                     unknown.append(key.describe())

@@ -12,6 +12,7 @@ from ncd import ops
 from ncd._term import Term
 from ncd._trace import Tensor, trace
 from ncd.axis import ArrayType, Axis
+from ncd.errors import DefinitionError
 
 __all__ = ["attention", "gpt", "layernorm", "mlp", "multihead_attention", "rmsnorm",
            "spherical_attention", "transformer_block"]
@@ -22,11 +23,27 @@ AxisArg = Axis | int | str | None
 def _ax(default: str, value: AxisArg) -> Axis:
     if isinstance(value, Axis):
         return value
-    if isinstance(value, bool):
-        raise TypeError(f"{default}: expected an Axis, int or name, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | str | None):
+        raise DefinitionError(f"{default}: expected an Axis, an int size or a name, got {value!r}. "
+                              f"Fix: pass e.g. {default}=64 or {default}=ncd.Axis({default!r}).")
     if isinstance(value, int):
         return Axis(default, size=value)
     return Axis(value or default)
+
+
+def _count(what: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise DefinitionError(f"{what} must be an int >= {low}, got {value!r}. Fix: pass an int.")
+    return value
+
+
+def _activation(value: object) -> str:
+    from ncd.ops import UNARY_FNS
+
+    if value not in UNARY_FNS:
+        raise DefinitionError(f"unknown activation {value!r}. Fix: use one of "
+                              f"{', '.join(UNARY_FNS)}.")
+    return str(value)
 
 
 def attention(q: AxisArg = "q", x: AxisArg = "x", d: AxisArg = "d", v: AxisArg = "v", *,
@@ -67,7 +84,7 @@ def mlp(d_model: AxisArg = "d_model", d_ff: AxisArg = "d_ff", *, activation: str
         label: str = "mlp") -> Term:
     """``proj(act(fc(x)))`` from ``d_model`` to ``d_ff`` and back."""
     dm, ff = _ax("d_model", d_model), _ax("d_ff", d_ff)
-    act = ops.gelu() if activation == "gelu" else ops.unary(activation)
+    act = ops.unary(_activation(activation))
     body = ops.linear(dm, ff, name="fc") >> act >> ops.linear(ff, dm, name="proj")
     return body.named("mlp", label)
 
@@ -116,6 +133,7 @@ def gpt(layers: int = 2, *, seq: AxisArg = "seq", d_model: AxisArg = "d_model",
     """A GPT: token and learned positional embeddings, ``layers`` causal blocks, a final
     LayerNorm and an untied unembedding. Input: token ids ``[seq]``; output: logits
     ``[seq vocab]``."""
+    _count("gpt: layers", layers, 0)
     s, dm, h = _ax("seq", seq), _ax("d_model", d_model), _ax("heads", heads)
     dh, ff, vc = _ax("d_head", d_head), _ax("d_ff", d_ff), _ax("vocab", vocab)
     key = Axis("seq_k")
@@ -140,6 +158,8 @@ def moe(seq: AxisArg = "seq", d_model: AxisArg = "d_model", d_ff: AxisArg = "d_f
     k best scores, zero elsewhere) and the gate-weighted sum of the selected expert MLPs."""
     from ncd.ops._routing import Experts, TopKGate
 
+    _count("moe: k", k, 1)
+    _activation(activation)
     s, dm, ff, ex = _ax("seq", seq), _ax("d_model", d_model), _ax("d_ff", d_ff), _ax("experts", experts)
     router = ops.linear(dm, ex, bias=False, name="router")
     gate = ops.prim(TopKGate(ex, k, name="gate"))

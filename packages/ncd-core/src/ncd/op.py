@@ -7,12 +7,15 @@ op whose fields already name the concrete axes it works on.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 import attrs
 
-from ncd.axis import Axis
+from ncd.axis import DTYPE_KINDS, Axis, check_name
+from ncd.errors import DefinitionError
 
 __all__ = [
     "OP_KINDS",
@@ -22,7 +25,11 @@ __all__ = [
     "Signature",
     "axes_field",
     "axis_field",
+    "choice_field",
+    "count_field",
+    "flag_field",
     "groups_field",
+    "number_field",
     "register_op",
     "registrar",
 ]
@@ -36,10 +43,13 @@ OP_KINDS: dict[str, type[Op]] = {}
 def register_op(cls: type[Op]) -> type[Op]:
     """Class decorator adding an op class to the kind registry (plugins use it through a hook)."""
     if not cls.kind:
-        raise ValueError(f"{cls.__name__} has no kind")
+        raise DefinitionError(f"{cls.__name__} has no kind. Fix: set the class variable kind.")
     existing = OP_KINDS.get(cls.kind)
     if existing is not None and existing is not cls:
-        raise ValueError(f"op kind {cls.kind!r} is already registered by {existing.__module__}")
+        raise DefinitionError(
+            f"op kind {cls.kind!r} is already registered by {existing.__module__}. Fix: give "
+            f"{cls.__name__} a kind of its own."
+        )
     OP_KINDS[cls.kind] = cls
     return cls
 
@@ -64,21 +74,127 @@ def registrar(table: dict[type, R]) -> Callable[..., Callable[[R], R]]:
 
 
 def _tuple_of_axes(value: Iterable[Axis]) -> tuple[Axis, ...]:
+    if isinstance(value, str | Axis) or not isinstance(value, Iterable):
+        raise DefinitionError(f"expected a sequence of Axis objects, got {value!r}. Fix: pass "
+                              "Axis objects (ncd.axes) or use the ops.* constructors, which "
+                              "take names.")
     out = tuple(value)
     for a in out:
         if not isinstance(a, Axis):
-            raise TypeError(f"expected Axis objects, got {a!r}")
+            raise DefinitionError(f"expected Axis objects, got {a!r}. Fix: pass Axis objects "
+                                  "(ncd.axes) or use the ops.* constructors, which take names.")
     return out
 
 
 def _tuple_of_groups(value: Iterable[Iterable[Axis]]) -> tuple[tuple[Axis, ...], ...]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise DefinitionError(f"expected groups of Axis objects, got {value!r}. Fix: pass a "
+                              "tuple of tuples of Axis.")
     return tuple(_tuple_of_axes(g) for g in value)
 
 
 def _one_axis(value: Axis) -> Axis:
     if not isinstance(value, Axis):
-        raise TypeError(f"expected an Axis, got {value!r}")
+        raise DefinitionError(f"expected an Axis, got {value!r}. Fix: pass an Axis object "
+                              "(ncd.Axis) or use the ops.* constructors, which take names.")
     return value
+
+
+def _who(op: Any) -> str:
+    kind = getattr(type(op), "kind", "") or type(op).__name__
+    name = getattr(op, "name", "")
+    return f"{kind} op {name!r}" if isinstance(name, str) and name else f"{kind} op"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an int of {len(str(value))} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _as_number(value: Any) -> Any:
+    """attrs converter: a real number becomes a float; anything else is left for the validator
+    to report (so one validator words every error, from constructors and the loader alike)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        return value
+
+
+def number_field(default: Any = attrs.NOTHING, *, low: float | None = None,
+                 high: float | None = None, high_open: bool = False, fix: str = "") -> Any:
+    """A field holding a finite float, optionally within ``[low, high]`` (``high`` excluded when
+    ``high_open``). NaN, infinities, bools, numbers too large for a float and non-numbers raise
+    ``DefinitionError`` naming the op, the field and the allowed range."""
+    if low is not None and high is not None:
+        wanted = f"a finite number in [{low:g}, {high:g}{')' if high_open else ']'}"
+    elif low is not None:
+        wanted = f"a finite number >= {low:g}"
+    elif high is not None:
+        wanted = f"a finite number {'<' if high_open else '<='} {high:g}"
+    else:
+        wanted = "a finite number"
+
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        ok = (isinstance(value, float) and math.isfinite(value)
+              and (low is None or value >= low)
+              and (high is None or (value < high if high_open else value <= high)))
+        if not ok:
+            raise DefinitionError(
+                f"{_who(instance)}: {attribute.name} must be {wanted}, got {_show(value)}. "
+                f"Fix: {fix or f'pass {wanted}'}."
+            )
+
+    return attrs.field(default=default, converter=_as_number, validator=check)
+
+
+def choice_field(choices: tuple[str, ...], default: Any = attrs.NOTHING) -> Any:
+    """A field holding one of ``choices`` (a function name, an initialiser...)."""
+
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if not isinstance(value, str) or value not in choices:
+            raise DefinitionError(
+                f"{_who(instance)}: unknown {attribute.name} {_show(value)}. Fix: use one of "
+                f"{', '.join(choices)}."
+            )
+
+    return attrs.field(default=default, validator=check)
+
+
+def count_field(default: Any = attrs.NOTHING, *, low: int = 1) -> Any:
+    """A field holding an int ``>= low`` (a top-k, a layer count)."""
+
+    wanted = "a positive int" if low == 1 else f"an int >= {low}"
+
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise DefinitionError(
+                f"{_who(instance)}: {attribute.name} must be {wanted}, got {_show(value)}. "
+                f"Fix: pass {wanted}."
+            )
+
+    return attrs.field(default=default, validator=check)
+
+
+def flag_field(default: bool) -> Any:
+    """A field holding a bool (``bias``, ``affine``, ``reverse``)."""
+
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise DefinitionError(
+                f"{_who(instance)}: {attribute.name} must be True or False, got "
+                f"{_show(value)}. Fix: pass a bool."
+            )
+
+    return attrs.field(default=default, validator=check)
+
+
+def _check_op_name(instance: Any, attribute: Any, value: Any) -> None:
+    kind = getattr(type(instance), "kind", "") or type(instance).__name__
+    check_name(f"the name of a {kind} op", value, empty=True)
 
 
 def axis_field() -> Any:
@@ -126,7 +242,7 @@ class Op:
     kind: ClassVar[str] = ""
     category: ClassVar[str] = "other"
 
-    name: str = attrs.field(default="", kw_only=True)
+    name: str = attrs.field(default="", kw_only=True, validator=_check_op_name)
 
     # -- the template -------------------------------------------------------------------------
     def signature(self) -> Signature:
@@ -148,6 +264,11 @@ class Op:
     def in_dtypes(self) -> tuple[str, ...]:
         """Element types the inputs take when the op fixes a model input's type."""
         return ("float32",) * len(self.signature()[0])
+
+    def accepts(self, k: int, dtype: str) -> bool:
+        """Whether input ``k`` may carry ``dtype``: by default one of the kind (float, int,
+        bool) of ``in_dtypes()[k]``; lowering and loading refuse any other with ``DTypeError``."""
+        return DTYPE_KINDS.get(dtype) == DTYPE_KINDS.get(self.in_dtypes()[k])
 
     def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
         """Element types of the outputs given those of the inputs."""

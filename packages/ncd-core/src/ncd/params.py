@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ncd.errors import SizeError
+from ncd.sizes import check_bytes, memory_limit
 
 __all__ = ["init"]
 
@@ -24,12 +25,14 @@ def init(model: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str, np.nda
     graph = model.graph if isinstance(model, Term) else model
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
+    limit = memory_limit()
     for name, p in graph.params().items():
         sizes = [graph.size(a) for a in p.axes]
         if any(s is None for s in sizes):
             free = [a.describe() for a in p.axes if graph.size(a) is None]
             raise SizeError(f"parameter {name} has free axes {free}; bind sizes before ncd.init")
         shape = tuple(int(s) for s in sizes if s is not None)
+        check_bytes(f"parameter {name}", p.axes, shape, 8, limit)  # drawn in float64 first
         if p.init == "uniform_fan_in":
             fan_in = math.prod(graph.size(a) or 1 for a in p.fan_in) or 1
             bound = 1.0 / math.sqrt(fan_in)

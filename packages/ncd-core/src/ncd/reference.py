@@ -14,11 +14,12 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 
-from ncd.axis import Axis
+from ncd.axis import Axis, dtype_bytes
 from ncd.errors import DTypeError, IndexRangeError, ParameterError, SizeError
 from ncd.graph import Graph, Node
 from ncd.op import Op, registrar
 from ncd.ops import _library as L
+from ncd.sizes import check_bytes, memory_limit
 
 __all__ = [
     "INDEX_RULES",
@@ -27,6 +28,7 @@ __all__ = [
     "Context",
     "check_dtype",
     "check_indices",
+    "check_memory",
     "evaluate",
     "index_rule",
     "prepare",
@@ -235,6 +237,18 @@ def _arrange(x: Array, axes: Sequence[Axis], loop: Sequence[Axis], core: Sequenc
     return x
 
 
+def check_memory(graph: Graph, limit: int | None = None) -> None:
+    """Raise ``SizeError`` naming the first value (its axes and bytes) too large for the host,
+    before anything is allocated."""
+    limit = memory_limit() if limit is None else limit
+    for v, t in enumerate(graph.values):
+        where = f"value {v} {t}"
+        producer = graph.producers.get(v)
+        if producer is not None:
+            where += f" (the output of {graph.nodes[producer].op.label})"
+        check_bytes(where, t.axes, graph.shape(v), math.ceil(dtype_bytes(t.dtype)), limit)
+
+
 def evaluate(
     graph: Graph,
     inputs: Sequence[Array],
@@ -250,6 +264,7 @@ def evaluate(
     ``node_hook`` lets another backend take over some nodes (return ``None`` to decline).
     """
     table = REFERENCE_RULES if rules is None else rules
+    check_memory(graph)
     ctx = Context(graph, training, np.random.default_rng(seed))
     env: dict[int, Array] = dict(zip(graph.inputs, inputs, strict=True))
     for i, node in enumerate(graph.nodes):

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from ncd.axis import ArrayType, Axis
-from ncd.errors import NcdError, SerializationError
+from ncd.errors import DefinitionError, NcdError, SerializationError
 from ncd.graph import Graph, Node, Scope
 from ncd.op import OP_KINDS, Op
 
@@ -101,6 +101,11 @@ def from_json(text: str | bytes) -> Any:
     return GraphTerm(graph_from_dict(data), site="from_json")
 
 
+#: Exceptions a malformed document could still provoke past the checks; the loader reports
+#: them as ``SerializationError`` too, so a caller needs to catch one type.
+_STRAY = (ArithmeticError, LookupError, ValueError, TypeError, RecursionError)
+
+
 class _Reader:
     def __init__(self, data: Any) -> None:
         self.data = data
@@ -133,13 +138,28 @@ class _Reader:
 
 
 def graph_from_dict(data: Any) -> Graph:
-    """Validate and rebuild a graph from its interchange dictionary."""
+    """Validate and rebuild a graph from its interchange dictionary.
+
+    Every field goes through the validators of the class it builds (``Axis``, ``ArrayType``,
+    ``Scope``, the op classes), the ones constructors use; any failure is a
+    ``SerializationError`` naming the JSON path."""
+    try:
+        return _graph_from_dict(data)
+    except SerializationError:
+        raise
+    except NcdError as e:
+        raise SerializationError(f"inconsistent ncd JSON: {e}") from None
+    except _STRAY as e:
+        raise SerializationError(f"invalid ncd JSON ({type(e).__name__}: {e})") from None
+
+
+def _graph_from_dict(data: Any) -> Graph:
     r = _Reader(data)
     top = r.obj(data, "$", ("format", "version", "axes", "types", "values", "inputs", "outputs",
                              "scopes", "nodes"))
     if top["format"] != FORMAT:
         raise r.fail("$.format", f"expected {FORMAT!r}, got {top['format']!r}")
-    if top["version"] != VERSION:
+    if isinstance(top["version"], bool) or top["version"] != VERSION:
         raise r.fail("$.version", f"unsupported version {top['version']!r} (this ncd reads {VERSION})")
     axes: list[Axis] = []
     for i, a in enumerate(r.lst(top["axes"], "$.axes")):
@@ -169,12 +189,16 @@ def graph_from_dict(data: Any) -> Graph:
         parent = None if s["parent"] is None else r.index(s["parent"], f"$.scopes[{i}].parent", max(i, 0))
         if (i == 0) != (parent is None):
             raise r.fail(f"$.scopes[{i}].parent", "only the first scope (the root) has no parent")
-        scopes.append(Scope(r.string(s["name"], f"$.scopes[{i}].name"), r.string(s["label"], f"$.scopes[{i}].label"), parent))
+        try:
+            scopes.append(Scope(r.string(s["name"], f"$.scopes[{i}].name"),
+                                r.string(s["label"], f"$.scopes[{i}].label"), parent))
+        except DefinitionError as e:
+            raise r.fail(f"$.scopes[{i}]", str(e)) from None
     if not scopes:
         raise r.fail("$.scopes", "the root scope is missing")
     nodes = [_node(r, n, f"$.nodes[{i}]", axes, nv, len(scopes)) for i, n in enumerate(r.lst(top["nodes"], "$.nodes"))]
-    raw = Graph(tuple(axes), tuple(values), tuple(nodes), inputs, outputs, tuple(scopes))
     try:
+        raw = Graph(tuple(axes), tuple(values), tuple(nodes), inputs, outputs, tuple(scopes))
         raw.verify()
         graph = _replay(raw)
     except NcdError as e:
@@ -208,7 +232,7 @@ def _node(r: _Reader, n: Any, where: str, axes: list[Axis], nv: int, ns: int) ->
             kwargs[key] = tuple(axes[r.index(k, at, len(axes))] for k in r.lst(val, at))
         elif depth == 3:
             kwargs[key] = tuple(tuple(axes[r.index(k, at, len(axes))] for k in r.lst(g, at)) for g in r.lst(val, at))
-        elif isinstance(val, str | int | float | bool) or val is None:
+        elif isinstance(val, str | int | float) or val is None:
             kwargs[key] = val
         else:
             raise r.fail(at, f"expected a scalar, got {type(val).__name__}")

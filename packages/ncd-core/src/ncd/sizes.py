@@ -8,14 +8,57 @@ first appearance in the graph.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
 from ncd.axis import Axis
 from ncd.errors import SizeError
 
-__all__ = ["Config", "SizeSolver", "SizeVar"]
+__all__ = ["Config", "SizeSolver", "SizeVar", "check_bytes", "memory_limit"]
+
+
+def memory_limit() -> int:
+    """The most bytes one host array may take: ``NCD_MAX_BYTES`` if set, else the machine's
+    physical memory (``os.sysconf``), else unlimited."""
+    env = os.environ.get("NCD_MAX_BYTES", "").strip()
+    if env:
+        try:
+            value = int(float(env))
+        except (ValueError, OverflowError):
+            raise SizeError(f"NCD_MAX_BYTES={env!r} is not a number of bytes. Fix: set it to an "
+                            "int such as 8e9, or unset it.") from None
+        if value > 0:
+            return value
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 2**63 - 1
+
+
+def _bytes_text(n: int) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def check_bytes(what: str, axes: Sequence[Axis], sizes: Sequence[int], itemsize: int,
+                limit: int | None = None) -> None:
+    """Raise ``SizeError`` before allocating when an array over ``axes`` (of ``sizes``) would
+    take more than ``limit`` bytes (default ``memory_limit()``)."""
+    limit = memory_limit() if limit is None else limit
+    nbytes = math.prod(sizes) * itemsize
+    if nbytes <= limit:
+        return
+    shown = ", ".join(f"{a.name}#{a.uid}={n}" for a, n in zip(axes, sizes, strict=True))
+    raise SizeError(
+        f"{what} over ({shown}) would take {_bytes_text(nbytes)} ({nbytes} bytes), more than the "
+        f"{_bytes_text(limit)} this machine allows (NCD_MAX_BYTES or physical memory). Fix: bind "
+        "smaller sizes, or raise NCD_MAX_BYTES if the memory really is there."
+    )
 
 
 class SizeSolver:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from ncd._term import Prim, Term, call_site
 from ncd.axis import Axis, AxisLike
+from ncd.errors import DefinitionError
 from ncd.op import OP_KINDS, Op, Param, Product, register_op
 from ncd.ops._library import (
     BINARY_FNS,
@@ -58,11 +59,17 @@ class _Names:
             elif isinstance(v, int) and not isinstance(v, bool):
                 self.map[k] = Axis(k, size=v)
             else:
-                raise TypeError(f"axis {k!r} must be given an Axis or an int size, got {v!r}")
+                raise DefinitionError(
+                    f"axis {k!r} must be given an Axis or an int size, got {v!r}. Fix: pass "
+                    f"{k}=ncd.Axis(...) or {k}=<size>."
+                )
 
     def axis(self, a: AxisLike) -> Axis:
         if isinstance(a, Axis):
             return a
+        if not isinstance(a, str):
+            raise DefinitionError(f"expected an axis name or an Axis, got {a!r}. Fix: pass a "
+                                  "name such as 'd' or an ncd.Axis.")
         if a not in self.map:
             self.map[a] = Axis(a)
         return self.map[a]
@@ -72,19 +79,39 @@ class _Names:
             return (spec,)
         if isinstance(spec, str):
             return tuple(self.axis(n) for n in spec.split())
+        if not isinstance(spec, Sequence):
+            raise DefinitionError(f"expected axis names or Axis objects, got {spec!r}. Fix: "
+                                  "pass 'q d', an Axis, or a sequence of them.")
         return tuple(self.axis(a) for a in spec)
+
+
+def _arrow(what: str, spec: object, example: str) -> tuple[str, str]:
+    """Split ``"in -> out"``; anything else is a ``DefinitionError`` showing ``example``."""
+    if not isinstance(spec, str) or spec.count("->") != 1:
+        raise DefinitionError(
+            f"{what} spec {spec!r} needs exactly one '->' between inputs and output. Fix: "
+            f"write it like {example!r}."
+        )
+    left, right = spec.split("->")
+    return left, right
 
 
 def prim(op: Op) -> Term:
     """Wrap any op (including a plugin's) as a term."""
+    if not isinstance(op, Op):
+        raise DefinitionError(f"ops.prim takes an Op, got {op!r}. Fix: pass an instance of an "
+                              "op class (e.g. ops.Softmax(axis)).")
     return Prim(op, call_site())
 
 
 def einsum(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:
     """A contraction/outer product/transpose: ``"q d, x d -> q x"``."""
-    if "->" not in spec:
-        raise ValueError(f"einsum spec {spec!r} needs '->'")
-    lhs, rhs = spec.split("->")
+    lhs, rhs = _arrow("einsum", spec, "q d, x d -> q x")
+    if "," in rhs:
+        raise DefinitionError(
+            f"einsum spec {spec!r} has several outputs. Fix: one einsum per output, e.g. "
+            "'q d, x d -> q x'."
+        )
     n = _Names(axes)
     inputs = tuple(n.axes(part) for part in lhs.split(","))
     return prim(Einsum(inputs, n.axes(rhs), name=name))
@@ -95,9 +122,7 @@ def linear(spec: str | Sequence[AxisLike] | AxisLike, out: Sequence[AxisLike] | 
     """A learned map: ``linear("d_model -> heads d_head")`` or ``linear(d_in, d_out)``."""
     n = _Names(axes)
     if out is None:
-        if not isinstance(spec, str) or "->" not in spec:
-            raise ValueError("linear needs 'in -> out' or two arguments")
-        left, right = spec.split("->")
+        left, right = _arrow("linear", spec, "d_model -> heads d_head")
         return prim(Linear(n.axes(left), n.axes(right), bias, name=name))
     return prim(Linear(n.axes(spec), n.axes(out), bias, name=name))
 
@@ -176,7 +201,8 @@ gelu_tanh = _unary_ctor("gelu_tanh")
 def gelu(*, approximate: str = "none", name: str = "") -> Term:
     """GELU: exact (erf) by default, ``approximate="tanh"`` for the GPT-2 form."""
     if approximate not in ("none", "tanh"):
-        raise ValueError("approximate must be 'none' or 'tanh'")
+        raise DefinitionError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}. "
+                              "Fix: pass approximate='tanh' for the GPT-2 form.")
     return unary("gelu" if approximate == "none" else "gelu_tanh", name=name)
 
 
@@ -240,11 +266,14 @@ def embedding(spec: str | AxisLike, out: Sequence[AxisLike] | AxisLike | None = 
     """Integer ids to learned vectors: ``embedding("vocab -> d_model")``."""
     n = _Names(axes)
     if out is None:
-        if not isinstance(spec, str) or "->" not in spec:
-            raise ValueError("embedding needs 'vocab -> out' or two arguments")
-        left, right = spec.split("->")
-        (vocab,) = n.axes(left)
-        return prim(Embedding(vocab, n.axes(right), name=name))
+        left, right = _arrow("embedding", spec, "vocab -> d_model")
+        table = n.axes(left)
+        if len(table) != 1:
+            raise DefinitionError(
+                f"embedding spec {spec!r} needs one table axis before '->', got "
+                f"{len(table)}. Fix: write it like 'vocab -> d_model'."
+            )
+        return prim(Embedding(table[0], n.axes(right), name=name))
     return prim(Embedding(n.axis(spec), n.axes(out), name=name))
 
 
@@ -263,17 +292,31 @@ def learned(axes: AxisLike | Sequence[AxisLike], *, init: str = "normal", name: 
     return prim(Learned(_Names({}).axes(axes), init, name=name))
 
 
-def _parse_groups(side: str, n: _Names) -> list[tuple[Axis | None, tuple[Axis, ...]]]:
+def _parse_groups(spec: str, side: str, n: _Names) -> list[tuple[Axis | None, tuple[Axis, ...]]]:
     groups: list[tuple[Axis | None, tuple[Axis, ...]]] = []
     tokens = side.replace("(", " ( ").replace(")", " ) ").split()
+
+    def bad(what: str) -> DefinitionError:
+        return DefinitionError(
+            f"rearrange {spec!r}: {what} in {side.strip()!r}. Fix: groups are flat and closed, "
+            "like 's (h e) -> s h e'."
+        )
+
     i = 0
     while i < len(tokens):
         if tokens[i] == "(":
+            if ")" not in tokens[i:]:
+                raise bad("unbalanced '('")
             j = tokens.index(")", i)
-            groups.append((None, tuple(n.axis(t) for t in tokens[i + 1 : j])))
+            inner = tokens[i + 1 : j]
+            if "(" in inner:
+                raise bad("nested '('")
+            if not inner:
+                raise bad("an empty group '()'")
+            groups.append((None, tuple(n.axis(t) for t in inner)))
             i = j + 1
         elif tokens[i] == ")":
-            raise ValueError(f"unbalanced ')' in {side!r}")
+            raise bad("unbalanced ')'")
         else:
             a = n.axis(tokens[i])
             groups.append((a, (a,)))
@@ -287,12 +330,10 @@ def rearrange(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:
     A parenthesised group stands for one axis made of its parts; one part of each split may be
     left unsized (it is derived). Merged output axes are named by joining their parts with ``_``.
     """
-    if "->" not in spec:
-        raise ValueError(f"rearrange spec {spec!r} needs '->'")
-    left, right = spec.split("->")
+    left, right = _arrow("rearrange", spec, "s (h e) -> s h e")
     n = _Names(axes)
-    ins = _parse_groups(left, n)
-    outs = _parse_groups(right, n)
+    ins = _parse_groups(spec, left, n)
+    outs = _parse_groups(spec, right, n)
     derived: list[Axis] = []
 
     def whole(groups: list[tuple[Axis | None, tuple[Axis, ...]]], side: str) -> list[Axis]:
@@ -305,9 +346,9 @@ def rearrange(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:
                 else:
                     unsized = [p for p in parts if p.size is None]
                     if len(unsized) > 1:
-                        raise ValueError(
+                        raise DefinitionError(
                             f"rearrange {spec!r}: split ({' '.join(p.name for p in parts)}) needs "
-                            f"sizes for all but one part; give e.g. {unsized[0].name}=..."
+                            f"sizes for all but one part. Fix: give e.g. {unsized[0].name}=<size>."
                         )
                     derived.extend(unsized)
             res.append(axis)

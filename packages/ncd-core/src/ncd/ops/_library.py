@@ -3,11 +3,12 @@ normalisers, masks, embeddings, dropout, views and constants."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 
 from ncd.axis import Axis
+from ncd.errors import DefinitionError
 from ncd.op import (
     Op,
     Param,
@@ -15,7 +16,10 @@ from ncd.op import (
     Signature,
     axes_field,
     axis_field,
+    choice_field,
+    flag_field,
     groups_field,
+    number_field,
     register_op,
 )
 
@@ -48,18 +52,8 @@ BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow")
 REDUCE_FNS = ("sum", "max", "mean", "min")
 
 
-def _one_of(choices: tuple[str, ...]) -> Any:
-    def check(_: Any, attribute: Any, value: str) -> None:
-        if value not in choices:
-            raise ValueError(f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
-
-    return check
-
-
-def _finite_float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number, got {value!r}")
-    return float(value)
+#: the Fix of an eps out of range
+_EPS_FIX = "pass a small non-negative eps such as 1e-5"
 
 
 @register_op
@@ -73,13 +67,28 @@ class Einsum(Op):
     output: tuple[Axis, ...] = axes_field()
 
     def __attrs_post_init__(self) -> None:
+        if not self.inputs:
+            raise DefinitionError("einsum needs at least one input. Fix: write 'x d -> d'.")
         every = {a for g in self.inputs for a in g}
-        missing = [a.ref for a in self.output if a not in every]
+        missing = [a.describe() for a in self.output if a not in every]
         if missing:
-            raise ValueError(f"einsum output axes {missing} appear in no input")
-        for g in (*self.inputs, self.output):
-            if len(set(g)) != len(g):
-                raise ValueError(f"einsum operand repeats an axis: {[a.name for a in g]}")
+            raise DefinitionError(
+                f"einsum {self.core_text()!r}: output axes {missing} appear in no input. Fix: "
+                "sum over input axes only, or broadcast with ops.mul and a constant."
+            )
+        for k, g in enumerate((*self.inputs, self.output)):
+            repeated = sorted({a.name for a in g if g.count(a) > 1})
+            if not repeated:
+                continue
+            which = "the output" if k == len(self.inputs) else f"operand {k}"
+            raise DefinitionError(
+                f"einsum {self.core_text()!r}: einsum operand repeats an axis: {which} has "
+                f"{', '.join(repeated)} more than once (an array has each axis once; diagonals "
+                "and traces are not einsum ops here). Fix: "
+                "for a product of a value with itself, such as the Gram matrix X X^T, rename "
+                "one copy's axis: ops.einsum('s d, t d -> s t') fed x and "
+                "ops.rename('s', 't')(x)."
+            )
 
     def signature(self) -> Signature:
         return self.inputs, (self.output,)
@@ -105,7 +114,7 @@ class Linear(Op):
     category: ClassVar[str] = "contraction"
     in_axes: tuple[Axis, ...] = axes_field()
     out_axes: tuple[Axis, ...] = axes_field()
-    bias: bool = True
+    bias: bool = flag_field(True)
 
     def signature(self) -> Signature:
         return (self.in_axes,), (self.out_axes,)
@@ -124,7 +133,7 @@ class Unary(Op):
 
     kind: ClassVar[str] = "unary"
     category: ClassVar[str] = "elementwise"
-    fn: str = attrs.field(validator=_one_of(UNARY_FNS))
+    fn: str = choice_field(UNARY_FNS)
 
     def signature(self) -> Signature:
         return ((),), ((),)
@@ -141,7 +150,7 @@ class Binary(Op):
 
     kind: ClassVar[str] = "binary"
     category: ClassVar[str] = "elementwise"
-    fn: str = attrs.field(validator=_one_of(BINARY_FNS))
+    fn: str = choice_field(BINARY_FNS)
 
     def signature(self) -> Signature:
         return ((), ()), ((),)
@@ -158,9 +167,9 @@ class Scalar(Op):
 
     kind: ClassVar[str] = "scalar"
     category: ClassVar[str] = "elementwise"
-    fn: str = attrs.field(validator=_one_of(BINARY_FNS))
-    const: float = attrs.field(converter=_finite_float)
-    reverse: bool = False
+    fn: str = choice_field(BINARY_FNS)
+    const: float = number_field(fix="pass a finite constant (mask with ops.causal_mask, not an infinite constant)")
+    reverse: bool = flag_field(False)
 
     def signature(self) -> Signature:
         return ((),), ((),)
@@ -178,7 +187,7 @@ class Scale(Op):
     kind: ClassVar[str] = "scale"
     category: ClassVar[str] = "elementwise"
     by: tuple[Axis, ...] = axes_field()
-    power: float = attrs.field(default=-0.5, converter=_finite_float)
+    power: float = number_field(-0.5)
 
     def signature(self) -> Signature:
         return ((),), ((),)
@@ -195,7 +204,7 @@ class Reduce(Op):
 
     kind: ClassVar[str] = "reduce"
     category: ClassVar[str] = "reduction"
-    fn: str = attrs.field(validator=_one_of(REDUCE_FNS))
+    fn: str = choice_field(REDUCE_FNS)
     axes_: tuple[Axis, ...] = axes_field()
 
     def signature(self) -> Signature:
@@ -227,7 +236,7 @@ class L2Norm(Op):
     kind: ClassVar[str] = "l2norm"
     category: ClassVar[str] = "normaliser"
     axis: Axis = axis_field()
-    eps: float = attrs.field(default=1e-12, converter=_finite_float)
+    eps: float = number_field(1e-12, low=0.0, fix=_EPS_FIX)
 
     def signature(self) -> Signature:
         return ((self.axis,),), ((self.axis,),)
@@ -241,9 +250,9 @@ class LayerNorm(Op):
     kind: ClassVar[str] = "layernorm"
     category: ClassVar[str] = "normaliser"
     axes_: tuple[Axis, ...] = axes_field()
-    eps: float = attrs.field(default=1e-5, converter=_finite_float)
-    affine: bool = True
-    bias: bool = True
+    eps: float = number_field(1e-5, low=0.0, fix=_EPS_FIX)
+    affine: bool = flag_field(True)
+    bias: bool = flag_field(True)
 
     def signature(self) -> Signature:
         return (self.axes_,), (self.axes_,)
@@ -263,8 +272,8 @@ class RMSNorm(Op):
     kind: ClassVar[str] = "rmsnorm"
     category: ClassVar[str] = "normaliser"
     axes_: tuple[Axis, ...] = axes_field()
-    eps: float = attrs.field(default=1e-6, converter=_finite_float)
-    affine: bool = True
+    eps: float = number_field(1e-6, low=0.0, fix=_EPS_FIX)
+    affine: bool = flag_field(True)
 
     def signature(self) -> Signature:
         return (self.axes_,), (self.axes_,)
@@ -282,7 +291,14 @@ class CausalMask(Op):
     category: ClassVar[str] = "elementwise"
     q: Axis = axis_field()
     x: Axis = axis_field()
-    fill: str = attrs.field(default="-inf", validator=_one_of(("-inf", "0")))
+    fill: str = choice_field(("-inf", "0"), "-inf")
+
+    def __attrs_post_init__(self) -> None:
+        if self.q == self.x:
+            raise DefinitionError(
+                f"causal_mask: the query and key axes are one axis {self.q.describe()}. Fix: "
+                "rename the key axis (ops.rename) so scores are [q x]."
+            )
 
     def signature(self) -> Signature:
         return ((self.q, self.x),), ((self.q, self.x),)
@@ -297,6 +313,13 @@ class Embedding(Op):
     category: ClassVar[str] = "other"
     vocab: Axis = axis_field()
     out_axes: tuple[Axis, ...] = axes_field()
+
+    def __attrs_post_init__(self) -> None:
+        if self.vocab in self.out_axes:
+            raise DefinitionError(
+                f"embedding: the table axis {self.vocab.describe()} is also an output axis. "
+                "Fix: give the vectors their own axis, e.g. 'vocab -> d_model'."
+            )
 
     def signature(self) -> Signature:
         return ((),), (self.out_axes,)
@@ -318,11 +341,8 @@ class Dropout(Op):
 
     kind: ClassVar[str] = "dropout"
     category: ClassVar[str] = "elementwise"
-    p: float = attrs.field(default=0.1, converter=_finite_float)
-
-    def __attrs_post_init__(self) -> None:
-        if not 0.0 <= self.p < 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1), got {self.p}")
+    p: float = number_field(0.1, low=0.0, high=1.0, high_open=True,
+                            fix="pass a drop probability in [0, 1) (p=0 disables dropout)")
 
     def signature(self) -> Signature:
         return ((),), ((),)
@@ -347,16 +367,32 @@ class View(Op):
 
     def __attrs_post_init__(self) -> None:
         if len(self.in_parts) != len(self.in_axes) or len(self.out_parts) != len(self.out_axes):
-            raise ValueError("view: one part per axis is required")
+            raise DefinitionError(
+                f"view {self.label!r}: one part per axis is required. Fix: give in_parts and "
+                "out_parts one tuple of elementary axes for each axis."
+            )
         left = [a for g in self.in_parts for a in g]
         right = [a for g in self.out_parts for a in g]
         if sorted(a.uid for a in left) != sorted(a.uid for a in right) or len(set(left)) != len(left):
-            raise ValueError(
-                f"view: elementary axes differ: {[a.name for a in left]} vs {[a.name for a in right]}"
+            raise DefinitionError(
+                f"view {self.label!r}: elementary axes differ: {[a.name for a in left]} vs "
+                f"{[a.name for a in right]}. Fix: every part must appear once on each side."
             )
+        for side in (self.in_axes, self.out_axes):
+            if len(set(side)) != len(side):
+                raise DefinitionError(
+                    f"view {self.label!r}: an axis appears twice on one side "
+                    f"({[a.name for a in side]}). Fix: name each axis once per side."
+                )
 
     def signature(self) -> Signature:
         return (self.in_axes,), (self.out_axes,)
+
+    def accepts(self, k: int, dtype: str) -> bool:
+        return True  # a view moves elements of any type
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        return in_dtypes
 
     def constraints(self) -> tuple[Product, ...]:
         out = []
@@ -388,7 +424,7 @@ class Constant(Op):
 
     kind: ClassVar[str] = "constant"
     category: ClassVar[str] = "source"
-    value: float = attrs.field(converter=_finite_float)
+    value: float = number_field(fix="pass a finite value")
     axes_: tuple[Axis, ...] = axes_field(default=())
 
     def signature(self) -> Signature:
@@ -407,7 +443,7 @@ class Learned(Op):
     kind: ClassVar[str] = "learned"
     category: ClassVar[str] = "source"
     axes_: tuple[Axis, ...] = axes_field()
-    init: str = attrs.field(default="normal", validator=_one_of(("normal", "zeros", "ones")))
+    init: str = choice_field(("normal", "zeros", "ones"), "normal")
 
     def signature(self) -> Signature:
         return (), (self.axes_,)

@@ -10,22 +10,18 @@ sum because unrouted gates are exactly zero).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 import numpy as np
 
 from ncd.axis import Axis
-from ncd.op import Op, Param, Signature, axis_field, register_op
+from ncd.op import Op, Param, Signature, axis_field, choice_field, count_field, register_op
+from ncd.ops._library import UNARY_FNS
 from ncd.reference import UNARY, Context, reference_rule
 from ncd.streaming import ROLE_RULES
 
 __all__ = ["Experts", "TopKGate"]
-
-
-def _positive(_: Any, attribute: Any, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
 
 
 @register_op
@@ -36,7 +32,7 @@ class TopKGate(Op):
     kind: ClassVar[str] = "topk_gate"
     category: ClassVar[str] = "normaliser"
     axis: Axis = axis_field()
-    k: int = attrs.field(default=2, validator=_positive)
+    k: int = count_field(2)
 
     def signature(self) -> Signature:
         return ((self.axis,),), ((self.axis,),)
@@ -57,12 +53,8 @@ class Experts(Op):
     experts: Axis = axis_field()
     d_model: Axis = axis_field()
     d_ff: Axis = axis_field()
-    k: int = attrs.field(default=2, validator=_positive)
-    activation: str = "gelu"
-
-    def __attrs_post_init__(self) -> None:
-        if self.activation not in UNARY:
-            raise ValueError(f"unknown activation {self.activation!r}; known: {', '.join(UNARY)}")
+    k: int = count_field(2)
+    activation: str = choice_field(UNARY_FNS, "gelu")
 
     def signature(self) -> Signature:
         return ((self.d_model,), (self.experts,)), ((self.d_model,),)
