@@ -234,11 +234,11 @@ class Registry:
                 win = self._settle(claims)
                 if win is not None:
                     tables[kind][win.name] = win.item
-        for (kind, _), claims in groups.items():
-            if kind == "lowering":
-                self._settle_lowering(claims)
-            elif kind == "op":
-                self._settle_op(claims)
+        # ops first: a lowering asks whether its op kind is the core's
+        for kind, settle in (("op", self._settle_op), ("lowering", self._settle_lowering)):
+            for (k, _), claims in groups.items():
+                if k == kind:
+                    settle(claims)
         self._settle_formats()
 
     def _settle(self, claims: list[Claim]) -> Claim | None:
@@ -290,9 +290,15 @@ class Registry:
             self._warn(f"ncd: {collision.describe()}")
             return
         win = self._settle([attrs.evolve(c, protected=c.item.op is existing) for c in claims])
-        if win is not None:
+        if win is None:
+            return
+        try:
             register_op(win.item.op)
-            REFERENCE_RULES[win.item.op] = win.item.reference
+        except (Exception, SystemExit) as e:  # e.g. an op class without a kind
+            self._warn(f"ncd: op {name!r} of {win.owner.describe()} was not registered: "
+                       f"{type(e).__name__}: {e}")
+            return
+        REFERENCE_RULES[win.item.op] = win.item.reference
 
     def _settle_formats(self) -> None:
         groups: dict[str, list[Claim]] = {}
