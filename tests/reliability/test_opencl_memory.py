@@ -98,3 +98,22 @@ def test_programs_kept_in_memory_are_bounded(monkeypatch) -> None:  # type: igno
     builds = program.STATS["builds"]
     program.build(sources[0])  # evicted: built again
     assert program.STATS["builds"] == builds + 1
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_value_returned_twice_fills_both_outputs(given: bool) -> None:
+    r = ncd.Axis("r", size=301)
+
+    @ncd.trace
+    def twice(x):  # type: ignore[no-untyped-def]
+        y = ops.tanh().over(r)(x)
+        return y, y, x
+
+    x = np.linspace(-3, 3, 301).astype(np.float32)
+    x[:3] = [np.inf, -np.inf, np.nan]
+    outs = tuple(np.full(301, 7.0, np.float32) for _ in range(3)) if given else None
+    got = ncd.compile(twice, "opencl")(x, out=outs)
+    want = ncd.run(twice, x)
+    assert len({id(a) for a in got}) == 3  # three separate arrays
+    for out, ref in zip(got, want, strict=True):
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
