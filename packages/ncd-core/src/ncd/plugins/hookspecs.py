@@ -3,6 +3,11 @@
 A plugin is a module named by an entry point in the group ``ncd``; it implements any of these
 functions decorated with ``ncd.plugins.hookimpl``. Keep that module light: import heavy
 libraries (torch, pyopencl...) inside the objects it returns, not at module import.
+
+Names are shared: when two plugins register the same name, ``ncd.plugins.precedence`` decides
+(built-ins win; replacing one takes ``override=True`` on the registration and the user's
+``NCD_PLUGIN_PREFER=name=distribution``). A hook that raises or returns something invalid
+fails its whole plugin, which is then skipped with a warning.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ hookimpl = pluggy.HookimplMarker("ncd")
 def ncd_register_backends() -> list[Backend] | None:
     """Executable targets for ``ncd.compile(model, target)``.
 
-    :return: ``Backend`` instances, each with a unique ``name``; ``None`` registers nothing.
+    :return: ``Backend`` instances, each with its ``name``; ``None`` registers nothing.
     """
 
 
@@ -77,7 +82,8 @@ def ncd_register_lowerings() -> list[Lowering] | None:
 
 @hookspec
 def ncd_register_commands() -> list[Command] | None:
-    """Subcommands of the ``ncd`` command line (``ncd draw``, ``ncd perf``...).
+    """Subcommands of the ``ncd`` command line (``ncd draw``, ``ncd perf``...), or, with
+    ``target=``, a backend's handler of ``ncd compile --target NAME``.
 
     :return: ``Command`` entries; ``None`` registers nothing.
     """
