@@ -17,11 +17,23 @@ from ncd_diagram.structure import TIMES, Block, Item, OpBox, Repeat
 if TYPE_CHECKING:
     from ncd_diagram.diagram import Diagram
 
-__all__ = ["pipe", "quote", "to_dot"]
+__all__ = ["pipe", "printable", "quote", "to_dot"]
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with every character XML 1.0 and DOT cannot carry (control characters but those
+    in ``keep``, lone surrogates, U+FFFE/U+FFFF) replaced by U+FFFD. ncd refuses such names at
+    construction; this keeps any output valid even so."""
+    return "".join(
+        "\ufffd" if (ord(ch) < 32 and ch not in keep) or 0xD800 <= ord(ch) <= 0xDFFF
+        or ord(ch) in (0x7F, 0xFFFE, 0xFFFF) else ch
+        for ch in text
+    )
 
 
 def quote(text: str) -> str:
     """A DOT string literal (quotes, backslashes and newlines escaped)."""
+    text = printable(text, keep="\n")
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
@@ -184,7 +196,9 @@ def to_dot(d: Diagram, legend: bool = False) -> str:
 
 
 def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = printable(text)
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;"))
 
 
 def pipe(dot: str, fmt: str) -> bytes:

@@ -17,6 +17,7 @@ from ncd.axis import Axis
 from ncd.graph import Graph
 from ncd_diagram._svg_base import SVG_NS, axis_text, fmt, path
 from ncd_diagram._svg_ops import OpPainter
+from ncd_diagram.dot import printable
 from ncd_diagram.kernels import PlanView
 from ncd_diagram.layout import STACK_OFFSET, Layout, Placed, Port, Route, route_points
 from ncd_diagram.structure import TIMES, Block, OpBox, Repeat
@@ -256,7 +257,7 @@ def to_svg(
         svg.append(g)
     if legend_el is not None:
         svg.append(legend_el)
-    return ET.tostring(svg, encoding="unicode")
+    return printable(ET.tostring(svg, encoding="unicode"), keep="\t\n\r")
 
 
 def _legend(c: _Canvas, used: Iterable[Axis], t: Theme, y0: float) -> ET.Element:
