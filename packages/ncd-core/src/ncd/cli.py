@@ -14,11 +14,11 @@ from typing import Any
 from ncd.errors import NcdError, PluginError
 from ncd.plugins.attribution import call
 from ncd.plugins.interfaces import Command
-from ncd.plugins.manager import TARGETED_COMMANDS
 from ncd.plugins.precedence import PREFER_ENV, Owner, PluginWarning
+from ncd.plugins.registrations import TARGETED_COMMANDS
 
-__all__ = ["BUILTIN_MODELS", "CORE_COMMANDS", "add_model_arguments", "build_parser", "load_model", "main",
-           "parse_sizes"]
+__all__ = ["BUILTIN_MODELS", "CORE_COMMANDS", "add_model_arguments", "build_parser", "load_model",
+           "main", "parse_sizes"]
 
 
 def _builtin_models() -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
-import re
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -31,7 +30,6 @@ from ncd.plugins.interfaces import (
     DemoStep,
     Exporter,
     Lowering,
-    OpDefinition,
     Renderer,
 )
 from ncd.plugins.precedence import (
@@ -44,8 +42,9 @@ from ncd.plugins.precedence import (
     parse_prefer,
     resolve,
 )
+from ncd.plugins.registrations import HOOKS, TARGETED_COMMANDS, claims_from
 
-__all__ = ["KNOWN_PROVIDERS", "PluginInfo", "Registry", "registry", "reset"]
+__all__ = ["KNOWN_PROVIDERS", "TARGETED_COMMANDS", "PluginInfo", "Registry", "registry", "reset"]
 
 ENTRY_POINT_GROUP = "ncd"
 DISABLE_ENV = "NCD_DISABLE_PLUGINS"
@@ -63,12 +62,6 @@ KNOWN_PROVIDERS = {
     "perf": "ncd-perf",
 }
 
-_COMMAND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-#: Core subcommands that hand over to a per-backend ``Command`` (``target=...``) by ``--target``.
-TARGETED_COMMANDS = ("compile",)
-
-
 @attrs.frozen
 class PluginInfo:
     name: str
@@ -76,33 +69,6 @@ class PluginInfo:
     version: str
     status: str  # loaded | disabled | failed: <reason> | builtin
     hooks: tuple[str, ...] = ()
-
-
-@attrs.frozen
-class _Hook:
-    """What one hook registers: the table ``kind``, the class of its items, an item's name."""
-
-    kind: str
-    cls: type
-    key: Callable[[Any], str]
-    override: Callable[[Any], bool] = lambda item: bool(item.override)
-
-
-def _name(item: Any) -> str:
-    return str(item.name)
-
-
-HOOKS: dict[str, _Hook] = {
-    "ncd_register_backends": _Hook("backend", Backend, _name),
-    "ncd_register_exporters": _Hook("exporter", Exporter, _name),
-    "ncd_register_renderers": _Hook("renderer", Renderer, _name),
-    "ncd_register_cost_models": _Hook("cost model", CostModel, _name),
-    "ncd_register_commands": _Hook("command", Command, lambda c: _name(c) if c.target is None
-                                   else f"{c.name}/{c.target}"),
-    "ncd_register_ops": _Hook("op", OpDefinition, lambda d: str(d.op.kind)),
-    "ncd_register_lowerings": _Hook("lowering", Lowering, lambda lw: f"{lw.target}/{lw.kind}"),
-    "ncd_demo_steps": _Hook("demo step", DemoStep, _name, lambda _: False),  # never collide
-}
 
 
 class Registry:
@@ -214,7 +180,7 @@ class Registry:
             hooks.append(caller.name)
             for impl in caller.get_hookimpls():
                 if impl.plugin is module:
-                    claims.extend(_claims(hook, caller.name, impl.function(), owner))
+                    claims.extend(claims_from(hook, caller.name, impl.function(), owner))
         return claims, tuple(sorted(hooks))
 
     # -- settling names --------------------------------------------------------------------------
@@ -376,30 +342,6 @@ class Registry:
     def lowerings_for(self, target: str) -> dict[str, Lowering]:
         """Op kind -> lowering registered for ``target`` by any plugin."""
         return {k: lw for (t, k), lw in self.lowerings.items() if t == target}
-
-
-def _claims(hook: _Hook, hook_name: str, result: Any, owner: Owner) -> list[Claim]:
-    if result is None:
-        return []
-    if not isinstance(result, list | tuple):
-        raise PluginError(f"{hook_name} must return a list, got {type(result).__name__}")
-    out = []
-    for item in result:
-        if not isinstance(item, hook.cls):
-            raise PluginError(f"{hook_name} returned {item!r}, not a {hook.cls.__name__}")
-        name = hook.key(item)
-        if not name or (hook.kind == "command" and not _command_name_ok(item)):
-            raise PluginError(f"{hook_name} returned a {hook.kind} with the invalid name "
-                              f"{name!r} (names read like 'draw' or 'my-tool'; a command with "
-                              f"a target must be one of: {', '.join(TARGETED_COMMANDS)})")
-        out.append(Claim(hook.kind, name, item, owner, hook.override(item)))
-    return out
-
-
-def _command_name_ok(cmd: Any) -> bool:
-    if cmd.target is not None:
-        return cmd.name in TARGETED_COMMANDS and bool(_COMMAND_NAME.fullmatch(cmd.target))
-    return bool(_COMMAND_NAME.fullmatch(cmd.name))
 
 
 def _refusing(collision: Collision) -> Callable[..., Any]:
