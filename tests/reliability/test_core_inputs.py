@@ -88,3 +88,58 @@ def test_non_finite_float_inputs_are_not_refused() -> None:
 
 def test_index_rules_are_a_table_keyed_by_op_class() -> None:
     assert ops.Embedding in INDEX_RULES
+
+
+@pytest.mark.torch
+def test_torch_runs_float64_in_float64_and_refuses_complex() -> None:
+    pytest.importorskip("ncd_torch")
+    m = ops.linear("d -> e", d=7, e=13).over(ncd.Axis("b", size=3))
+    p = {k: v.astype(np.float64) for k, v in ncd.init(m, seed=0).items()}
+    x = np.random.default_rng(0).standard_normal((3, 7))
+    exe = ncd.compile(m, "torch")
+    got = exe(x, params=p)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, ncd.run(m, x, params=p), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ncd.DTypeError, match="complex"):
+        exe(x.astype(np.complex128), params=p)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("bad", [5, -1])
+def test_torch_embedding_ids_out_of_range_raise_before_running(bad: int) -> None:
+    pytest.importorskip("ncd_torch")
+    m = _embed(5, 3)
+    with pytest.raises(ncd.IndexRangeError, match=r"\[0, 5\)"):
+        ncd.compile(m, "torch")(np.array([0, bad, 1]), params=ncd.init(m))
+
+
+def _opencl() -> None:
+    pytest.importorskip("ncd_opencl")
+    from ncd.plugins import registry
+
+    if "opencl" not in registry().backends:
+        pytest.skip("no opencl backend")
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("bad", [13, -1, 10**6])
+def test_opencl_checks_ids_on_the_host(bad: int) -> None:
+    _opencl()
+    m = _embed(13, 7)
+    ids = np.arange(7) % 13
+    exe = ncd.compile(m, "opencl")
+    p = ncd.init(m)
+    np.testing.assert_allclose(exe(ids, params=p), ncd.run(m, ids, params=p), rtol=1e-6)
+    ids[6] = bad
+    with pytest.raises(ncd.IndexRangeError, match=rf"{bad} at position \(6,\)"):
+        exe(ids, params=p)
+    with pytest.raises(ncd.DTypeError, match="truncated"):
+        exe(ids.astype(np.float32), params=p)
+
+
+@pytest.mark.opencl
+def test_opencl_refuses_float64_it_was_not_built_for() -> None:
+    _opencl()
+    m = ops.softmax(ncd.Axis("d", size=7)).over(ncd.Axis("b", size=3))
+    with pytest.raises(ncd.DTypeError, match="float64"):
+        ncd.compile(m, "opencl")(np.zeros((3, 7)))
