@@ -90,7 +90,7 @@ def mutated(draw: Any) -> str | bytes:
         path = draw(st.sampled_from(paths))
         how = draw(st.sampled_from(("replace", "replace", "replace", "delete", "duplicate",
                                     "extra")))
-        doc = _set(doc, path, draw(HOSTILE), how if path else "replace")
+        doc = _set(doc, path, copy.deepcopy(draw(HOSTILE)), how if path else "replace")
     text = json.dumps(doc, allow_nan=True)
     damage = draw(st.sampled_from(("none", "none", "truncate", "flip", "bytes")))
     if damage == "truncate":
