@@ -156,10 +156,17 @@ class Compiled:
         return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
     def _launch(self, kern: Any, src: Any, params: dict[str, np.ndarray],
-                values: dict[int, Any] | None = None) -> None:
+                values: dict[int, Any] | None = None, bufs: dict[str, Any] | None = None) -> None:
         values = self.values if values is None else values
-        args = [self._param(b.param, params[b.param]) if b.param is not None
-                else values[b.value] for b in src.buffers]
+        bufs = {} if bufs is None else bufs  # each parameter resolved once per call
+        args = []
+        for b in src.buffers:
+            if b.param is None:
+                args.append(values[b.value])
+            else:
+                if b.param not in bufs:
+                    bufs[b.param] = self._param(b.param, params[b.param])
+                args.append(bufs[b.param])
         kern(self.queue, src.global_size, src.local_size, *args)
 
     def run(self, arrays: list[np.ndarray], params: dict[str, np.ndarray],
@@ -191,8 +198,9 @@ class Compiled:
                 mapped.append((values[v], host))
             first.setdefault(v, k)
             outs.append(host)
+        bufs: dict[str, Any] = {}
         for kern, src in self.launches:
-            self._launch(kern, src, params, values)
+            self._launch(kern, src, params, values, bufs)
         for k, (v, host) in enumerate(zip(g.outputs, outs, strict=True)):
             if first[v] != k:
                 continue  # a repeated output: copied from its first slot below
