@@ -20,8 +20,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="planner: ncd.fuse (default), the local fallback, or one kernel per op")
 
 
+_FUSE: dict[str, bool | str] = {"ncd": True, "local": "local", "none": False}
+
+
 def _fuse(flag: str) -> bool | str:
-    return {"ncd": True, "local": "local", "none": False}[flag]
+    return _FUSE[flag]
 
 
 def run(args: argparse.Namespace) -> int:

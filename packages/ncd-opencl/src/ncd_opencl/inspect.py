@@ -37,7 +37,7 @@ def kernel_bytes(graph: Graph, src: KernelSource) -> dict[str, int]:
 
 def plan_dict(gen: Generated) -> dict[str, Any]:
     g = gen.graph
-    kernels = []
+    kernels: list[dict[str, Any]] = []
     for src in gen.kernels:
         k = src.kernel
         kernels.append({
@@ -55,10 +55,10 @@ def plan_dict(gen: Generated) -> dict[str, Any]:
             "plan_kernel": k.name,
         })
     predicted = perf_bytes(gen)
-    for k in kernels:
-        if k["name"] in predicted:
-            k["bytes"]["ncd_perf"] = predicted[k["name"]]  # type: ignore[index]
-    total = sum(k["bytes"]["total"] for k in kernels)  # type: ignore[index]
+    for row in kernels:
+        if row["name"] in predicted:
+            row["bytes"]["ncd_perf"] = predicted[row["name"]]
+    total = sum(row["bytes"]["total"] for row in kernels)
     return {"kernels": kernels, "total_bytes": total,
             "boundaries": [f"value {b.value} {g.values[b.value]}: {b.reason}"
                            for b in gen.plan.boundaries]}
