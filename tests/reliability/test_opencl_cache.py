@@ -146,3 +146,14 @@ def test_entry_format_rejects_every_mismatch() -> None:
     assert program.unpack_entry(key, blob + b"X") is None  # extended
     assert program.unpack_entry(key, b"binary bytes") is None  # an old raw binary
     assert program.unpack_entry(key, b"") is None
+
+
+def test_stale_temp_files_of_killed_writers_are_removed(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("NCD_OPENCL_CACHE", str(tmp_path))
+    old, fresh = tmp_path / ".deadbeef.old.tmp", tmp_path / ".deadbeef.new.tmp"
+    for p in (old, fresh):
+        p.write_bytes(b"half an entry")
+    os.utime(old, (1000, 1000))
+    program.build(_source())
+    assert not old.exists() and fresh.exists()  # a writer may still be busy with the new one
+    assert len(list(tmp_path.glob("*.bin"))) == 1

@@ -17,6 +17,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from typing import Any
@@ -301,13 +302,20 @@ def _store(key: str, binary: bytes) -> None:
 
 
 def _evict(folder: str, limit: int) -> None:
-    """Remove the least recently used entries until the cache holds at most ``limit`` bytes."""
+    """Remove the least recently used entries until the cache holds at most ``limit`` bytes
+    (and temp files a killed writer left behind an hour ago)."""
     entries = []
+    stale = time.time() - 3600
     with os.scandir(folder) as it:
         for e in it:
-            if e.name.endswith(".bin") and e.is_file(follow_symlinks=False):
-                st = e.stat(follow_symlinks=False)
+            if not e.is_file(follow_symlinks=False):
+                continue
+            st = e.stat(follow_symlinks=False)
+            if e.name.endswith(".bin"):
                 entries.append((st.st_mtime, st.st_size, e.path))
+            elif e.name.endswith(".tmp") and st.st_mtime < stale:
+                with contextlib.suppress(OSError):
+                    os.unlink(e.path)
     total = sum(size for _, size, _ in entries)
     for _, size, path in sorted(entries):
         if total <= limit:
