@@ -33,7 +33,8 @@ class StreamAccumulator:
     old acc or None, weight of this term), ``scale`` the final factor applied to acc.
     ``block(sc, n)`` does a chunk at once: it turns the scores ``sc[0..n)`` into weights in
     place and returns the rescale of the old acc (or None); with ``vec`` the chunk is ``n``
-    vectors of the dialect's width; ``pad`` fills scores past the end.
+    vectors of the dialect's width; ``pad`` fills scores past the end (``{inf}`` stands for
+    the dialect's infinity).
     """
 
     init: Callable[[KernelGen, Node], dict[str, str]]
@@ -93,9 +94,11 @@ def _l2_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tuple[st
 
 
 STREAM_ACCUMULATORS: dict[type, StreamAccumulator] = {
+    # pad -inf: a padded score weighs exp(-inf - m) = 0 (m stays finite, see _softmax_init),
+    # also in a row whose every real score is -inf (a finite pad would weigh exp(0) = 1 there)
     L.Softmax: StreamAccumulator(_softmax_init, _softmax_step,
                                  lambda g, n, st: f"(1.0f / {st['l']})", _softmax_block,
-                                 "-3.402823466e38f"),
+                                 "-{inf}"),
     L.L2Norm: StreamAccumulator(
         _l2_init, _l2_step,
         lambda g, n, st: f"{g.fn('rsqrt')}({st['ss']} + {g.lit(n.op.eps)})",  # type: ignore[attr-defined]
@@ -348,7 +351,7 @@ def _rows_template(gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: N
         with w.block(f"for (int {ix} = {x0}; {ix} < {x0} + {n}; ++{ix})", ix):
             for e, sc in zip(envs, scs, strict=True):
                 s = gen.load(norm.inputs[0], {**e, **_alias_x(gen, x, f"min({ix}, {last})")})
-                w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {rule.pad};")
+                w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {rule.pad.format(inf=gen.dialect.inf)};")
         for acc, sc in zip(accs, scs, strict=True):
             assert rule.block is not None
             rescale = (rule.block(gen, norm, acc.state, f"{sc}v", n // width, True) if vectors
