@@ -255,7 +255,7 @@ def check_out(g: Graph, out: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 
 class OpenCLExecutable(Executable):
-    def __init__(self, model: Any, device: str | None = None, fast_math: bool = True,
+    def __init__(self, model: Any, device: str | None = None, fast_math: bool = False,
                  fuse: bool | str = True, tiled: bool = True,
                  local_memory: bool | None = None, max_builds: int = 8) -> None:
         from ncd.errors import SizeError
@@ -306,7 +306,7 @@ class OpenCLBackend(Backend):
 
     def compile(self, model: Any, **options: Any) -> Executable:
         """Options: ``device`` (index ``"P:D"`` or name substring), ``fast_math`` (default
-        True), ``fuse`` (True: ncd.fuse or the local planner; ``"local"``; False: one kernel
+        False), ``fuse`` (True: ncd.fuse or the local planner; ``"local"``; False: one kernel
         per op), ``tiled`` (use the tiled matmul template), ``local_memory`` (stage matmul
         tiles in ``__local`` memory; default: when the device's local memory is dedicated),
         ``max_builds`` (builds kept for distinct input sizes, least recently used dropped;

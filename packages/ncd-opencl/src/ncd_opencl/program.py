@@ -142,9 +142,18 @@ def _open(device: str | None) -> tuple[Any, Any, Any]:
     return ctx, cl.CommandQueue(ctx), chosen[1]
 
 
-def default_options(fast_math: bool = True) -> list[str]:
-    # relaxed math lets the compiler re-associate reductions and vectorise exp (PERF-NOTES)
-    return ["-cl-fast-relaxed-math", "-cl-mad-enable"] if fast_math else []
+#: The default: re-association (vectorised reductions, PERF-NOTES), contraction to fma and
+#: unsigned zeros, but IEEE infinities and NaNs, as the reference computes them.
+IEEE_OPTIONS = ("-cl-unsafe-math-optimizations", "-cl-mad-enable", "-cl-no-signed-zeros")
+#: ``fast_math=True``: the above plus ``-cl-finite-math-only`` (what ``-cl-fast-relaxed-math``
+#: adds): the compiler may assume no value is inf or NaN, so a non-finite input or overflow
+#: gives unspecified results (even an output left unwritten).
+FAST_OPTIONS = ("-cl-fast-relaxed-math", "-cl-mad-enable")
+
+
+def default_options(fast_math: bool = False) -> list[str]:
+    """Build options: IEEE non-finite semantics by default, finite-math-only on request."""
+    return list(FAST_OPTIONS if fast_math else IEEE_OPTIONS)
 
 
 def source_excerpt(source: str, log: str, context: int = 4) -> str:
