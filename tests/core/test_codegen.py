@@ -19,11 +19,15 @@ CUDA_LIKE = Dialect(name="cuda", kernel='extern "C" __global__ void', global_=""
 
 
 def test_sanitize_makes_safe_identifiers() -> None:
-    assert sanitize("blocks.0.attn/q weight") == "blocks_0_attn_q_weight"
+    assert sanitize("blocks.0.attn/q weight") == "n_blocks_0_attn_q_weight"
+    assert sanitize("w_blocks.0.attn/q weight", "w") == "w_blocks_0_attn_q_weight"
     assert sanitize("int") == "n_int"
     assert sanitize("9lives") == "n_9lives"
-    assert sanitize("a*/b;--") == "a_b"
+    assert sanitize("a*/b;--") == "n_a_b"
     assert sanitize("") == "n"
+    # predefined macros, builtins, types and keywords go behind a class tag (issue 10)
+    for name in ("CL_VERSION_1_0", "FP_ILOGB", "M_PI", "INFINITY", "get_global_id", "float8"):
+        assert sanitize(name, "i") == f"i_{name}"
 
 
 def test_axis_and_op_names_never_reach_source_raw() -> None:

@@ -76,19 +76,20 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         return None
     w = gen.w
     mb, nb = -(-msz // RM), -(-nsz // RN)
-    w.line(f"const int nb = {gen.dialect.gid(0)};")
-    w.line(f"const int mb = {gen.dialect.gid(1)};")
+    it = gen.itype  # 64-bit when an array passes 2^31 elements
+    w.line(f"const {it} nb = {gen.dialect.gid(0, gen.wide)};")
+    w.line(f"const {it} mb = {gen.dialect.gid(1, gen.wide)};")
     zero = {a: "0" for a in op.in_axes}
     rows, cols = [], []
     for i in range(RM):
         m = gen.unique(f"m{i}")
-        w.line(f"const int {m} = min(mb * {RM} + {i}, {msz - 1});")
+        w.line(f"const {it} {m} = min(mb * {RM} + {i}, {gen.index_lit(msz - 1)});")
         env = _split(gen, m_axes, m)
         rows.append((m, env))
         w.line(f"{gen.dialect.global_} const float* a{i} = {xb.name} + {xb.address({**env, **zero})};")
     for j in range(RN):
         n = gen.unique(f"n{j}")
-        w.line(f"const int {n} = min(nb * {RN} + {j}, {nsz - 1});")
+        w.line(f"const {it} {n} = min(nb * {RN} + {j}, {gen.index_lit(nsz - 1)});")
         env = _split(gen, n_axes, n)
         cols.append((n, env))
         # by position: the weight of ``linear("d -> d")`` holds ``d`` twice
@@ -102,8 +103,9 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     if local:
         _local_tiles(gen, xb, wb, m_axes, n_axes, op.in_axes, msz, nsz, kdim)
     else:
-        with (w.block(f"for (int k0 = 0; k0 < {kv}; k0 += {KC})"),
-              w.block(f"for (int k = k0; k < min(k0 + {KC}, {kv}); k += {VW})")):
+        with (w.block(f"for ({it} k0 = 0; k0 < {kv}; k0 += {KC})"),
+              w.block(f"for ({it} k = k0; k < min(k0 + {gen.index_lit(KC)}, "
+                      f"{gen.index_lit(kv)}); k += {VW})")):
             # pointer casts, not vload8: PoCL's vload8 is a library call
             g_ = gen.dialect.global_
             _multiply(gen, lambda i: f"*({g_} const {vt}*)(a{i} + k)",
@@ -115,7 +117,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
             c = f"c{i}_{j}"
             w.line(f"float {s} = dot({c}.lo, (float4)(1.0f)) + dot({c}.hi, (float4)(1.0f));")
             if kv < kdim:
-                w.line(f"for (int k = {kv}; k < {kdim}; ++k) {s} += a{i}[k] * b{j}[k];")
+                w.line(f"for ({it} k = {kv}; k < {kdim}; ++k) {s} += a{i}[k] * b{j}[k];")
             sums[i, j] = s
     if gen.dialect.vector_width == VW and _lane_epilogue(nodes, lin, renames):
         _vector_epilogue(gen, lin, sums, rows, cols, renames, msz, nsz)
@@ -191,16 +193,19 @@ def _local_tiles(gen: KernelGen, xb: Any, wb: Any, m_axes: tuple[Axis, ...],
     w.line(f"{d.local} float xs[{tm}][{KL}];")
     w.line(f"{d.local} float ws[{tn}][{KL}];")
     w.line(f"const int lid = {d.lid(1)} * {WG_N} + {d.lid(0)};")
-    w.line(f"const int row0 = {d.grp(1)} * {tm};")
-    w.line(f"const int col0 = {d.grp(0)} * {tn};")
+    it = gen.itype
+    w.line(f"const {it} row0 = ({it}){d.grp(1)} * {tm};" if gen.wide
+           else f"const int row0 = {d.grp(1)} * {tm};")
+    w.line(f"const {it} col0 = ({it}){d.grp(0)} * {tn};" if gen.wide
+           else f"const int col0 = {d.grp(0)} * {tn};")
     w.line(f"const int ly = {d.lid(1)} * {RM};")
     w.line(f"const int lx = {d.lid(0)} * {RN};")
-    with w.block(f"for (int k0 = 0; k0 < {kdim}; k0 += {KL})"):
+    with w.block(f"for ({it} k0 = 0; k0 < {kdim}; k0 += {KL})"):
         for tile, rows, size, buf, axes, first in (("xs", tm, msz, xb, m_axes, "row0"),
                                                    ("ws", tn, nsz, wb, n_axes, "col0")):
             with w.block(f"for (int e = lid; e < {rows * KL}; e += {WG_M * WG_N})"):
                 w.line(f"const int r = e / {KL}, kk = e % {KL};")
-                w.line(f"const int g = min({first} + r, {size - 1});")
+                w.line(f"const {it} g = min({first} + r, {gen.index_lit(size - 1)});")
                 split = _split(gen, axes, "g")
                 # the weight by position (``linear("d -> d")`` holds ``d`` twice); X by axis
                 base = (buf.address_at([*(split[a] for a in axes), *("0" for _ in k_axes)])

@@ -52,13 +52,17 @@ class Dialect:
     #: Type for vector loads/stores at any element alignment (a typedef the preamble declares,
     #: so buffers need only element alignment); "" means the aligned vector type itself.
     unaligned_vector: str = ""
+    #: Index type of kernels where an element offset can pass 2^31 - 1 (``long`` in OpenCL C,
+    #: ``long long`` in CUDA), and the global id read at that width; others index with ``int``.
+    index64: str = "long"
+    global_id64: str = "(long)get_global_id({d})"
 
     def fn(self, name: str) -> str:
         """The builtin spelling of the portable math function ``name``."""
         return self.math.get(name, name)
 
-    def gid(self, d: int) -> str:
-        return self.global_id.format(d=d)
+    def gid(self, d: int, wide: bool = False) -> str:
+        return (self.global_id64 if wide else self.global_id).format(d=d)
 
     def lid(self, d: int) -> str:
         return self.local_id.format(d=d)

@@ -70,6 +70,18 @@ class KernelGen:
         # vector mode (``ncd.codegen.vector``): loops over ``vec`` step by the vector width
         self.vec: Axis | None = None
         self.vec_vars: set[str] = set()
+        #: an array of the kernel holds more elements than ``int`` indexes: 64-bit indices
+        self.wide = _largest_array(kernel) > INT_MAX
+
+    @property
+    def itype(self) -> str:
+        """The C type of index variables: ``int``, or the dialect's 64-bit type when an element
+        offset can exceed 2^31 - 1 (an ``int`` would wrap silently)."""
+        return self.dialect.index64 if self.wide else "int"
+
+    def index_lit(self, n: int) -> str:
+        """An index constant of type ``itype`` (so ``min(i, n)`` picks one overload)."""
+        return f"({self.itype}){n}" if self.wide else str(n)
 
     # -- names and buffers -----------------------------------------------------------------------
     def unique(self, hint: str, prefix: str = "v") -> str:
@@ -209,8 +221,9 @@ class KernelGen:
         if axis == self.vec:
             self.vec_vars.add(i)
             step = self.dialect.vector_width
-            return _Loop(self, f"for (int {i} = 0; {i} < {self.size(axis)}; {i} += {step})", i)
-        return _Loop(self, f"for (int {i} = 0; {i} < {self.size(axis)}; ++{i})", i)
+            return _Loop(self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; {i} += {step})",
+                         i)
+        return _Loop(self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; ++{i})", i)
 
     def lit(self, x: float) -> str:
         return lit(x, self.dialect)
@@ -309,7 +322,7 @@ class KernelGen:
         counts = [-(-self.size(a) // block.get(a, 1)) for a in par]
         total = math.prod(counts)
         gid = self.unique("gid")
-        self.w.line(f"const int {gid} = {self.dialect.gid(0)};")
+        self.w.line(f"const {self.itype} {gid} = {self.dialect.gid(0, self.wide)};")
         self.w.line(f"if ({gid} >= {total}) return;")
         env: dict[Axis, str] = {}
         step = 1
@@ -319,7 +332,7 @@ class KernelGen:
             expr = q if step * n == total else f"{q} % {n}"
             if block.get(a, 1) > 1:
                 expr = f"({expr}) * {block[a]}"
-            self.w.line(f"const int {i} = {expr};")
+            self.w.line(f"const {self.itype} {i} = {expr};")
             env[a] = i
             step *= n
         streamed = set(self.kernel.streamed)
@@ -375,6 +388,22 @@ class KernelGen:
         head = f"// {comment(str(self.kernel))}\n{attr}{self.dialect.kernel} {name}(\n    {args})\n{{"
         text = f"{head}\n{self.w.render()}\n}}\n"
         return KernelSource(name, text, tuple(bufs), gsize, lsize, self.kernel, style)
+
+
+INT_MAX = 2**31 - 1
+
+
+def _largest_array(kernel: Kernel) -> int:
+    """Elements of the largest value or parameter a kernel's nodes touch (every element offset
+    and flattened work-item index is below it)."""
+    g, most = kernel.graph, 1
+    for i in kernel.nodes:
+        node = g.nodes[i]
+        arrays = [g.values[v].axes for v in (*node.inputs, *node.outputs)]
+        arrays += [p.axes for p in node.op.params()]
+        for axes in arrays:
+            most = max(most, math.prod(g.size(a) or 1 for a in axes))
+    return most
 
 
 def comment(text: str) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ncd.axis import Axis
+from ncd.codegen.layout import CTYPES
 from ncd.codegen.lower import KernelGen
 from ncd.graph import Node
 from ncd.ops import _library as L
@@ -270,7 +271,13 @@ def _rmsnorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 @codegen_rule(L.Embedding)
 def _embedding(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.Embedding = node.op  # type: ignore[assignment]
-    ids = gen.let(f"(int){_ins(gen, node, index)}", "tok", "int")
+    # clamped into the table: the host refuses ids out of range before launch
+    # (IndexRangeError); inside the kernel no id, whatever its value, reads outside the table
+    last = gen.size(op.vocab) - 1
+    raw = gen.let(_ins(gen, node, index), "id", CTYPES.get(gen.graph.values[node.inputs[0]].dtype,
+                                                          "long"))
+    ids = gen.let(f"({gen.itype})({raw} < 0 ? 0 : {raw} > {last} ? {last} : {raw})", "tok",
+                  gen.itype)
     return gen.param_at(node, "weight", [ids, *(index[a] for a in op.out_axes)])
 
 

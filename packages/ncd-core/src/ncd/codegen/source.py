@@ -8,21 +8,44 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Block", "Writer", "sanitize"]
+__all__ = ["CLASS_TAGS", "Block", "Writer", "sanitize"]
 
 _BAD = re.compile(r"[^A-Za-z0-9_]")
-_C_WORDS = frozenset(
-    ["auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "kernel", "global", "local", "constant", "private", "half", "bool"]
-)
+
+
+#: Lowercase class tags: every identifier holding outside text (an axis name, a parameter path,
+#: a plugin's op kind) starts with ``<tag>_``, and no predefined name of OpenCL C or CUDA
+#: (keywords, types, builtins, macros such as ``CL_VERSION_1_0``, ``FP_ILOGB``, ``M_PI``,
+#: ``INFINITY``) starts with one of them followed by ``_``.
+CLASS_TAGS = frozenset({"i", "i0", "w", "t", "n", "v", "k", "x"})
+#: Names the generator writes itself: template variables and the built-in op kinds.
+_INTERNAL = frozenset({
+    "gid", "acc", "dot", "ss", "sc", "pv", "p", "mv", "m", "lim", "lane", "l", "inv", "e", "d",
+    "mu", "rstd", "sq", "sum", "mx", "den", "red", "rn", "tok", "id", "mnew", "c", "scale", "val",
+    "mb", "ps", "qv", "t", "i", "v", "x", "n", "k", "nb",
+    "unary", "binary", "scalar", "einsum", "linear", "softmax", "l2norm", "layernorm",
+    "rmsnorm", "causal_mask", "embedding", "dropout", "view", "constant", "learned", "reduce",
+})
+_INTERNAL_V = frozenset(f"{w}v" for w in _INTERNAL)  # vector accumulators (``sqv``)
+#: template names with an index: ``m0``, ``s0_1``, ``in3``, ``out2``, ``k0_softmax_linear``
+_NUMBERED = re.compile(r"(?:in|out|k|m|n|s|a|b|c)\d+(?:_[A-Za-z0-9]+)*")
 
 
 def sanitize(name: str, prefix: str = "n") -> str:
-    """A C identifier from any text: only ``[A-Za-z0-9_]``, never a keyword, never leading
-    digits or double underscores (reserved)."""
+    """A C identifier from any text that cannot collide with a predefined one: only
+    ``[A-Za-z0-9_]``; the generator's own words as they are; anything else behind the class
+    tag ``prefix`` (``i_``, ``w_``, ``t_``...) unless it already starts with a class tag."""
+    if prefix not in CLASS_TAGS:
+        raise ValueError(f"sanitize prefix {prefix!r} is not a class tag ({sorted(CLASS_TAGS)})")
     out = _BAD.sub("_", name)
     out = re.sub("_+", "_", out).strip("_")
-    if not out or out[0].isdigit() or out in _C_WORDS:
-        out = f"{prefix}_{out}" if out else prefix
+    if not out:
+        return prefix
+    tag = out.split("_", 1)[0]
+    trusted = (out in _INTERNAL or out in _INTERNAL_V or _NUMBERED.fullmatch(out) is not None
+               or ("_" in out and tag in CLASS_TAGS))
+    if not trusted:
+        out = f"{prefix}_{out}"
     return out[:48]
 
 

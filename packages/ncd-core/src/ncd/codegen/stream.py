@@ -224,9 +224,9 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
     limit = str(gen.size(x))
     if len(accs) == 1 and accs[0].norm is not None:
         bound = _causal_bound(gen, accs[0].norm, x, env)
-        limit = limit if bound is None else f"min({limit}, {bound})"
+        limit = limit if bound is None else f"min({gen.index_lit(int(limit))}, {bound})"
     ix = gen.unique(f"i_{x.name}", "i")
-    with gen.w.block(f"for (int {ix} = 0; {ix} < {limit}; ++{ix})", ix):
+    with gen.w.block(f"for ({gen.itype} {ix} = 0; {ix} < {limit}; ++{ix})", ix):
         xenv = {**env, x: ix}
         for a in k.axes():
             if a not in xenv and gen.root(a) == x:
@@ -316,7 +316,8 @@ def _rows_template(gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: N
         envs = []
         for r in range(rows):
             i = gen.unique(f"i_{row.name}_{r}", "i")
-            w.line(f"const int {i} = min({env[row]} + {r}, {gen.size(row) - 1});")
+            last_row = gen.index_lit(gen.size(row) - 1)
+            w.line(f"const {gen.itype} {i} = min({env[row]} + {r}, {last_row});")
             envs.append({a: i if a == row or gen.root(a) == row else e for a, e in env.items()})
     width = gen.dialect.vector_width
     vec = _vector_axis(gen, node, other, env)
@@ -333,11 +334,11 @@ def _rows_template(gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: N
     limit = str(gen.size(x))
     bound = _causal_bound(gen, norm, x, envs[-1])  # the last row sees the most keys
     if bound is not None:
-        limit = f"min({limit}, {bound})"
-    last = gen.size(x) - 1
-    lim = gen.let(limit, "lim", "const int") if not limit.isdigit() else limit
-    x0 = gen.unique(f"{x.name}0", "x")
-    with w.block(f"for (int {x0} = 0; {x0} < {lim}; {x0} += {n})"):
+        limit = f"min({gen.index_lit(int(limit))}, {bound})"
+    last = gen.index_lit(gen.size(x) - 1)
+    lim = gen.let(limit, "lim", f"const {gen.itype}") if not limit.isdigit() else limit
+    x0 = gen.unique(f"i0_{x.name}", "i")  # the chunk's first key (class tag: an axis name)
+    with w.block(f"for ({gen.itype} {x0} = 0; {x0} < {lim}; {x0} += {n})"):
         scs = []
         for _ in accs:
             sc = gen.unique("sc")
@@ -348,7 +349,7 @@ def _rows_template(gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: N
                 w.line(f"float {sc}[{n}];")
             scs.append(sc)
         ix = gen.unique(f"i_{x.name}", "i")
-        with w.block(f"for (int {ix} = {x0}; {ix} < {x0} + {n}; ++{ix})", ix):
+        with w.block(f"for ({gen.itype} {ix} = {x0}; {ix} < {x0} + {n}; ++{ix})", ix):
             for e, sc in zip(envs, scs, strict=True):
                 s = gen.load(norm.inputs[0], {**e, **_alias_x(gen, x, f"min({ix}, {last})")})
                 w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {rule.pad.format(inf=gen.dialect.inf)};")
@@ -361,7 +362,7 @@ def _rows_template(gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: N
         t = gen.unique("t")
         gen.vec = vec  # from here on loops over the accumulator's axis step by vectors (the
         # scores above may contract that very axis, as attention's q.k and p.v share d_head)
-        with w.block(f"for (int {t} = 0; {t} < {n}; ++{t})", t):
+        with w.block(f"for ({gen.itype} {t} = 0; {t} < {n}; ++{t})", t):
             ps = [gen.let(f"{sc}[{t}]", "p") for sc in scs]
             e = {**env, **_alias_x(gen, x, f"min({x0} + {t}, {last})")}
 
