@@ -26,6 +26,7 @@ def test_sanitize_makes_safe_identifiers() -> None:
     assert sanitize("a*/b;--") == "n_a_b"
     assert sanitize("") == "n"
     # predefined macros, builtins, types and keywords go behind a class tag (issue 10)
+    assert sanitize("constant", "t") == "t_constant"  # an op kind that is an OpenCL keyword
     for name in ("CL_VERSION_1_0", "FP_ILOGB", "M_PI", "INFINITY", "get_global_id", "float8"):
         assert sanitize(name, "i") == f"i_{name}"
 
