@@ -116,6 +116,14 @@ MISUSES: list[tuple[str, Callable[[], Any]]] = [
     ("gpt layers a string", lambda: nn.gpt(layers="2")),  # type: ignore[arg-type]
     ("moe k = 0", lambda: nn.moe(k=0)),
     ("attention with a NUL label", lambda: nn.attention(label="a\x00")),
+    ("gpt with 10^100 layers (used to hang)", lambda: nn.gpt(layers=10**100)),
+    ("init of a non-model", lambda: ncd.init(5)),
+    ("init with a string seed", lambda: ncd.init(ops.exp(), seed="x")),
+    ("init with a negative seed", lambda: ncd.init(ops.exp(), seed=-1)),
+    ("init with an int dtype", lambda: ncd.init(ops.exp(), dtype=np.int64)),
+    ("run of a non-model", lambda: ncd.run("model", np.zeros(3))),
+    ("run with params not a mapping", lambda: ncd.run(ops.exp().over(d), np.zeros(7), params=5)),
+    ("run with a string seed", lambda: ncd.run(ops.exp().over(d), np.zeros(7), seed="a")),
 ]
 
 
@@ -159,6 +167,12 @@ def test_valid_dropout_and_eps_build(ok: float) -> None:
     ops.dropout(ok)
     ops.layernorm("d", eps=ok)
     ops.scale("d", np.float32(-0.5))  # numpy scalars are numbers too
+
+
+def test_numpy_integer_seeds_are_seeds() -> None:
+    m = ops.linear(d, e)
+    assert np.array_equal(ncd.init(m, seed=np.int64(3))["linear.weight"],
+                          ncd.init(m, seed=3)["linear.weight"])
 
 
 def test_size_limits_at_the_edges() -> None:

@@ -31,9 +31,16 @@ def _ax(default: str, value: AxisArg) -> Axis:
     return Axis(value or default)
 
 
-def _count(what: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise DefinitionError(f"{what} must be an int >= {low}, got {value!r}. Fix: pass an int.")
+#: The most layers ``gpt`` builds: each is traced eagerly, so a typo like 10**9 would hang.
+MAX_LAYERS = 4096
+
+
+def _count(what: str, value: object, low: int, high: int = MAX_LAYERS) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        shown = value if not isinstance(value, int) or value.bit_length() < 64 else (
+            f"an int of {len(str(value))} digits")
+        raise DefinitionError(f"{what} must be an int in [{low}, {high}], got {shown!r}. Fix: "
+                              "pass an int in that range.")
     return value
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ncd.errors import SizeError
+from ncd.errors import DTypeError, ParameterError, SizeError
 from ncd.sizes import check_bytes, memory_limit
 
 __all__ = ["init"]
@@ -20,10 +20,17 @@ __all__ = ["init"]
 
 def init(model: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str, np.ndarray]:
     """Fresh parameters for a fully sized model, as ``{name: array}`` in graph order."""
-    from ncd._term import Term
+    from ncd._term import check_seed, graph_of
 
-    graph = model.graph if isinstance(model, Term) else model
-    rng = np.random.default_rng(seed)
+    graph = graph_of(model, "ncd.init")
+    rng = np.random.default_rng(check_seed(seed, "ncd.init"))
+    try:
+        float_type = np.dtype(dtype).kind == "f"
+    except TypeError:
+        float_type = False
+    if not float_type:
+        raise DTypeError(f"ncd.init: dtype must be a float type, got {dtype!r}. Fix: pass "
+                         "dtype=np.float32 (or np.float64).")
     out: dict[str, np.ndarray] = {}
     limit = memory_limit()
     for name, p in graph.params().items():
@@ -44,6 +51,7 @@ def init(model: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str, np.nda
         elif p.init == "zeros":
             arr = np.zeros(shape)
         else:
-            raise ValueError(f"parameter {name}: unknown initialiser {p.init!r}")
+            raise ParameterError(f"parameter {name}: unknown initialiser {p.init!r}. Fix: use "
+                                 "normal, uniform_fan_in, ones or zeros.")
         out[name] = arr.astype(dtype)
     return out

@@ -381,9 +381,9 @@ def prepare(
     (backends that run only their built dtype pass ``cast="safe"``), and index inputs (see
     ``INDEX_RULES``) against their table's axis: ``DTypeError`` / ``IndexRangeError`` otherwise.
     """
-    from ncd._term import Term
+    from ncd._term import graph_of
 
-    graph: Graph = model.graph if isinstance(model, Term) else model
+    graph = graph_of(model, "running")
     arrays = [_as_array(x, f"input {k}") for k, x in enumerate(inputs)]
     if len(arrays) != len(graph.inputs):
         raise SizeError(f"the model takes {len(graph.inputs)} input(s), got {len(arrays)}")
@@ -415,6 +415,9 @@ def prepare(
         raise SizeError(f"free sizes left after reading input shapes: {', '.join(map(str, free))}; bind them")
     _check_index_inputs(graph, arrays)
     wanted = graph.params()
+    if params is not None and not isinstance(params, Mapping):
+        raise ParameterError(f"params must be a mapping of name to array, got "
+                             f"{type(params).__name__}. Fix: pass params=ncd.init(model, seed=0).")
     given = dict(params or {})
     missing = [n for n in wanted if n not in given]
     if missing:
@@ -456,6 +459,9 @@ def run(model: Any, *inputs: Any, params: Mapping[str, Any] | None = None, train
 
     Free sizes are read from the input shapes. Returns one array, or a tuple for several outputs.
     """
+    from ncd._term import check_seed
+
+    check_seed(seed, "ncd.run")
     graph, arrays, ps = prepare(model, inputs, params)
-    outs = evaluate(graph, arrays, ps, training=training, seed=seed)
+    outs = evaluate(graph, arrays, ps, training=bool(training), seed=seed)
     return outs[0] if len(outs) == 1 else tuple(outs)
