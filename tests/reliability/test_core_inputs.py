@@ -143,3 +143,13 @@ def test_opencl_refuses_float64_it_was_not_built_for() -> None:
     m = ops.softmax(ncd.Axis("d", size=7)).over(ncd.Axis("b", size=3))
     with pytest.raises(ncd.DTypeError, match="float64"):
         ncd.compile(m, "opencl")(np.zeros((3, 7)))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_, np.float16])
+def test_narrow_inputs_run_in_the_wires_float32(dtype: type) -> None:
+    m = ops.unary("exp").over(ncd.Axis("d", size=13))
+    x = (np.arange(13) % 2).astype(dtype)
+    y = ncd.run(m, x)
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, np.exp(x.astype(np.float32)), rtol=1e-6)
+    assert ncd.run(m, np.ones(13)).dtype == np.float64  # a wider float runs as given

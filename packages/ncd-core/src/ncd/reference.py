@@ -34,6 +34,7 @@ __all__ = [
     "prepare",
     "reference_rule",
     "run",
+    "to_wire",
 ]
 
 Array = np.ndarray
@@ -348,6 +349,18 @@ def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
     raise DTypeError(f"{what} has dtype {dt}, but its wire is {wire}: {reason}. Fix: {fix}.")
 
 
+def to_wire(array: Array, wire: str) -> Array:
+    """``array`` as a float wire takes it: integers, bools and narrower floats become the wire's
+    dtype (so every backend computes in it, not in NumPy's promotion of the input); a wider
+    float, e.g. float64 on a float32 wire, runs as given. Other arrays are returned as they are."""
+    target = _NUMPY_DTYPES.get(wire)
+    if target is None or target.kind != "f" or array.dtype == target:
+        return array
+    if array.dtype.kind == "f" and array.dtype.itemsize >= target.itemsize:
+        return array
+    return array.astype(target)
+
+
 def check_indices(op: Op, axis: Axis, size: int, ids: Array, what: str) -> None:
     """Raise ``IndexRangeError`` unless every entry of ``ids`` lies in ``[0, size)``."""
     if ids.size == 0:
@@ -396,6 +409,7 @@ def prepare(
                 f"got shape {x.shape}"
             )
         check_dtype(x, t.dtype, f"input {k} {t} ({', '.join(a.describe() for a in t.axes)})", cast)
+        arrays[k] = to_wire(x, t.dtype)
         for a, n in zip(t.axes, x.shape, strict=True):
             if graph.size(a) is None:
                 if sizes.get(a, n) != n:
@@ -435,7 +449,7 @@ def prepare(
         if arr.shape != shape:
             raise ParameterError(f"parameter {n} must have shape {shape} (axes {[a.name for a in p.axes]}), got {arr.shape}")
         check_dtype(arr, "float32", f"parameter {n}", cast)
-        out_params[n] = arr
+        out_params[n] = to_wire(arr, "float32")
     return graph, arrays, out_params
 
 
