@@ -153,8 +153,8 @@ class Term:
     def _repr_svg_(self) -> str | None:
         from ncd.plugins import registry
 
-        renderer = registry().renderer_for("svg")
-        return None if renderer is None else str(renderer.render(self, "svg"))
+        reg = registry()
+        return None if reg.renderer_for("svg") is None else str(reg.render(self, "svg"))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.n_in}->{self.n_out} built at {self.site}>"
