@@ -13,9 +13,13 @@ import attrs
 __all__ = ["C_MATH", "Dialect"]
 
 #: Portable math names -> the C spelling used by default (OpenCL C's overloaded builtins).
+#: ``fmax``/``fmin`` are the reference's (NumPy's maximum: a NaN operand gives NaN);
+#: ``fmax_any``/``fmin_any`` may drop a NaN operand (a softmax's running maximum: a NaN score
+#: makes the row NaN through its exponential anyway), which compiles and runs cheaper.
 C_MATH: dict[str, str] = {
     "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "fabs": "fabs", "fmax": "fmax",
-    "fmin": "fmin", "erf": "erf", "tanh": "tanh", "pow": "pow",
+    "fmin": "fmin", "fmax_any": "fmax", "fmin_any": "fmin", "erf": "erf", "tanh": "tanh",
+    "pow": "pow",
 }
 
 

@@ -168,16 +168,18 @@ class KernelGen:
         return f"{b.name}[{addr}]"
 
     def accumulate(self, axes: tuple[Axis, ...], index: Mapping[Axis, str], kind: str,
-                   term: Any, hint: str = "acc") -> str:
-        """``kind`` (sum | max | min) of ``term(index)`` over ``axes``; a scalar variable."""
+                   term: Any, hint: str = "acc", nan: bool = True) -> str:
+        """``kind`` (sum | max | min) of ``term(index)`` over ``axes``; a scalar variable.
+        ``nan=False``: a max/min that may drop NaN operands (``fmax_any``)."""
+        any_ = "" if nan else "_any"
         init = {"sum": "0.0f", "max": f"-{self.dialect.inf}", "min": self.dialect.inf}[kind]
-        step = {"sum": "{a} += {t};", "max": "{a} = " + self.fn("fmax") + "({a}, {t});",
-                "min": "{a} = " + self.fn("fmin") + "({a}, {t});"}[kind]
+        step = {"sum": "{a} += {t};", "max": "{a} = " + self.fn("fmax" + any_) + "({a}, {t});",
+                "min": "{a} = " + self.fn("fmin" + any_) + "({a}, {t});"}[kind]
         if self.vec is not None and tuple(axes) == (self.vec,):
             acc = self.var(f"({self.vtype})({init})", f"{hint}v", self.vtype)
             with self.loop(self.vec) as i:
                 self.w.line(step.format(a=acc, t=term({**index, self.vec: i})))
-            return self.let(self.across_lanes(acc, kind), hint, "float")
+            return self.let(self.across_lanes(acc, kind, nan), hint, "float")
         acc = self.var(init, hint)
 
         def go(env: dict[Axis, str], rest: tuple[Axis, ...]) -> None:
@@ -190,14 +192,14 @@ class KernelGen:
         go(dict(index), tuple(axes))
         return acc
 
-    def across_lanes(self, vec: str, kind: str) -> str:
+    def across_lanes(self, vec: str, kind: str, nan: bool = True) -> str:
         """The scalar ``kind`` (sum | max | min) of the lanes of vector variable ``vec``."""
         lanes = [f"{vec}.s{k:x}" for k in range(self.dialect.vector_width)]
         if kind == "sum":
             return " + ".join(lanes)
         total = lanes[0]
         for lane in lanes[1:]:
-            total = f"{self.fn('f' + kind)}({total}, {lane})"
+            total = f"{self.fn('f' + kind + ('' if nan else '_any'))}({total}, {lane})"
         return total
 
     # -- emitting ----------------------------------------------------------------------------------

@@ -193,7 +193,8 @@ def _softmax(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
         return e
 
     def stats() -> tuple[str, str]:
-        m = gen.accumulate(core, index, "max", lambda env: _ins(gen, node, env), "mx")
+        # the maximum may drop a NaN: exp(NaN - m) makes the row NaN (as the reference)
+        m = gen.accumulate(core, index, "max", lambda env: _ins(gen, node, env), "mx", nan=False)
         s = gen.accumulate(core, index, "sum", lambda env: weight(env, m), "den")
         return m, gen.let(f"1.0f / {s}", "inv")
 

@@ -50,7 +50,8 @@ def _softmax_init(gen: KernelGen, node: Node) -> dict[str, str]:
 
 
 def _softmax_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tuple[str | None, str]:
-    mn = gen.let(f"{gen.fn('fmax')}({st['m']}, {s})", "mnew")
+    # fmax_any: a NaN score may be dropped from m, its weight exp(NaN - m) is NaN anyway
+    mn = gen.let(f"{gen.fn('fmax_any')}({st['m']}, {s})", "mnew")
     c = gen.let(f"{gen.fn('exp')}({st['m']} - {mn})", "c")
     p = gen.let(f"{gen.fn('exp')}({s} - {mn})", "p")
     gen.w.line(f"{st['l']} = {st['l']} * {c} + {p};")
@@ -62,11 +63,11 @@ def _softmax_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: i
                    vec: bool = False) -> str:
     # one max and one rescale per chunk; the chunk's exponentials form one loop (on vectors,
     # exp(floatN) is a single vectorised call)
-    w, fmax, exp = gen.w, gen.fn("fmax"), gen.fn("exp")
+    w, fmax, exp = gen.w, gen.fn("fmax_any"), gen.fn("exp")
     t = gen.vtype if vec else "float"
     mv = gen.var(f"{sc}[0]", "mv", t)
     w.line(f"for (int u = 1; u < {n}; ++u) {mv} = {fmax}({mv}, {sc}[u]);")
-    mb = gen.let(f"{fmax}({st['m']}, {gen.across_lanes(mv, 'max') if vec else mv})", "mb")
+    mb = gen.let(f"{fmax}({st['m']}, {gen.across_lanes(mv, 'max', False) if vec else mv})", "mb")
     c = gen.let(f"{exp}({st['m']} - {mb})", "c")
     ps = gen.var(f"({t})(0.0f)" if vec else "0.0f", "ps", t)
     w.line(f"for (int u = 0; u < {n}; ++u) {{ {sc}[u] = {exp}({sc}[u] - {mb}); {ps} += {sc}[u]; }}")
