@@ -102,7 +102,7 @@ names = st.one_of(st.sampled_from(HOSTILE), st.from_regex(r"[A-Za-z_][A-Za-z0-9_
                                                           fullmatch=True))
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(a=names, b=names, c=names, block=names)
 def test_hostile_names_build_and_match(a: str, b: str, c: str, block: str) -> None:
     """Axis names, a block name and an op name drawn from predefined identifiers: the model

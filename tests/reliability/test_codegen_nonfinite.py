@@ -116,7 +116,7 @@ def _causal(q: int, x: int) -> ncd.Term:
 def test_causal_rows_that_see_no_key_are_nan(path: str) -> None:
     """With more queries than keys the first ``q - x`` rows see no key: NaN (the rule), not
     the last value row. Streamed attention (chunked rows template) and the plain softmax."""
-    shapes = ((5, 3), (13, 7), (7, 13), (1, 1), (301, 13))
+    shapes = ((5, 3), (13, 7), (1, 1), (301, 13))
     models: list[ncd.Term] = [_causal(q, x) for q, x in shapes]
     models += [ops.causal_mask(Axis("q", size=q), Axis("x", size=x)) >> ops.softmax("x")
                for q, x in shapes]
