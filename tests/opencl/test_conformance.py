@@ -14,7 +14,7 @@ pytest.importorskip("pyopencl")
 
 
 class TestOpenCLConformance(BackendConformance):
-    """The default: ncd.fuse's plan, fast math, the base class's tolerances, no exceptions."""
+    """The default: ncd.fuse's plan, IEEE math (no finite-math-only), the base tolerances."""
 
     target = "opencl"
     expected_failures: ClassVar[dict[str, str]] = {}
