@@ -1,10 +1,10 @@
 """Issue 10, finding 1 (kernels): no generated kernel reads or writes outside its arrays at
 tails (sizes 1, 7, 13, 301: not multiples of the vector width or the tiles).
 
-On a host-memory device (PoCL) kernels read the caller's inputs and write the ``out=`` arrays
-in place, so each array is placed against a ``PROT_NONE`` guard page, once ending at it (a
+On a host-memory device (PoCL) kernels read the caller's inputs and parameters and write the
+``out=`` arrays in place, so each array is placed against a ``PROT_NONE`` guard page, once ending at it (a
 read past the end of a row faults) and once starting after it (a read before the start
-faults). The models run in a subprocess: a fault fails the test with the model's name instead
+faults); parameters (weights, embedding tables) likewise. The models run in a subprocess: a fault fails the test with the model's name instead
 of killing pytest."""
 
 from __future__ import annotations
@@ -89,12 +89,16 @@ SCRIPT = textwrap.dedent('''
                 x = guarded(g.shape(v), dt, at_end)
                 x[...] = rng.integers(0, 11, x.shape) if dt == np.int64 else rng.standard_normal(x.shape)
                 xs.append(x)
-            want = ncd.run(model, *xs, params=params)
+            ps = {}
+            for k, arr in params.items():  # weights and tables are read in place too
+                ps[k] = guarded(arr.shape, np.float32, at_end)
+                ps[k][...] = arr
+            want = ncd.run(model, *xs, params=ps)
             want = list(want) if isinstance(want, tuple) else [want]
             for o, exe in zip(opts, exes):
                 outs = [guarded(g.shape(v), np.float32, at_end) for v in g.outputs]
                 print(name, "end" if at_end else "start", o, flush=True)
-                exe(*xs, params=params, out=tuple(outs))
+                exe(*xs, params=ps, out=tuple(outs))
                 for k, (got, w) in enumerate(zip(outs, want)):
                     np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5,
                                                err_msg=f"{name}[{k}] {o}")
