@@ -81,6 +81,16 @@ def test_binary_ops_with_infinite_operands(path: str) -> None:
     _check(_side_by_side(models), [x.astype(np.float32) for x in xs], list(BINARY))
 
 
+def test_scalar_ops_with_constants_on_either_side(path: str) -> None:
+    """Every scalar binary with constants 0, 0.5, -1.5, 2 on either side over the special values
+    (``x ** 0.5`` is NumPy's and torch's sqrt: NaN at -inf, not C's +inf)."""
+    cases = [(fn, c, rev) for fn in (*BINARY, "pow") for c in (0.0, 0.5, -1.5, 2.0)
+             for rev in (False, True)]
+    models = [ops.scalar(fn, c, reverse=rev).over(Axis("r", size=2), Axis("c", size=16))
+              for fn, c, rev in cases]
+    _check(_side_by_side(models), [_rows() for _ in cases], [str(c) for c in cases])
+
+
 def test_reductions_over_non_finite_rows(path: str) -> None:
     rows = np.stack([VALUES, np.full(16, -INF), np.ones(16), np.r_[np.ones(15), NAN]])
     fns = ("sum", "max", "min", "mean")

@@ -83,6 +83,9 @@ def _binary(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 def _scalar(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.Scalar = node.op  # type: ignore[assignment]
     x, c = _ins(gen, node, index), gen.lit(op.const)
+    if op.fn == "pow" and op.const == 0.5 and not op.reverse:
+        # NumPy and torch take x ** 0.5 as sqrt(x): NaN at -inf, where C's pow gives +inf
+        return UNARY_C["sqrt"](gen, x)
     return BINARY_C[op.fn](gen, c, x) if op.reverse else BINARY_C[op.fn](gen, x, c)
 
 
