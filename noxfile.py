@@ -17,6 +17,7 @@ TORCH = "torch==2.13.0"
 OPENCL = "pyopencl[pocl]"
 TEST = ["pytest>=8", "hypothesis>=6.90", "pytest-xdist"]
 CORE = "./packages/ncd-core"
+PLUGINS = ("torch", "opencl", "cuda", "diagram", "perf")
 
 
 def _pytest(session: nox.Session, *paths: str) -> None:
@@ -86,18 +87,17 @@ def cuda(session: nox.Session) -> None:
 def integration(session: nox.Session) -> None:
     """Every package together, the example third-party backend, and the demo."""
     session.install(*TEST, TORCH, OPENCL)
-    session.install(CORE, *(f"./packages/ncd-{p}" for p in ("torch", "opencl", "cuda", "diagram", "perf")),
-                    "./examples/ncd-example-backend")
+    session.install(CORE, *(f"./packages/ncd-{p}" for p in PLUGINS), "./examples/ncd-example-backend")
     _pytest(session, "tests/integration")
     session.run("ncd", "demo", "--out", f"{session.create_tmp()}/demo")
 
 
 @nox.session
 def reliability(session: nox.Session) -> None:
-    """Regression tests of docs/reliability.md's promises, across every executable backend."""
+    """Regression tests of docs/reliability.md's promises: every package and the example
+    third-party backend together."""
     session.install(*TEST, TORCH, OPENCL)
-    session.install(CORE, *(f"./packages/ncd-{p}" for p in ("torch", "opencl", "diagram")),
-                    "./examples/ncd-example-backend")
+    session.install(CORE, *(f"./packages/ncd-{p}" for p in PLUGINS), "./examples/ncd-example-backend")
     _pytest(session, "tests/reliability")
 
 
