@@ -46,8 +46,9 @@ RULES: dict[type, Rule] = {
     ops.Einsum: _einsum,
     ops.Softmax: _softmax,
     ops.Binary: lambda op, xs: NUMPY_BINARY[op.fn].format(*xs),
+    # the constant parenthesised: "-1.5 ** x" would be -(1.5 ** x)
     ops.Scalar: lambda op, xs: NUMPY_BINARY[op.fn].format(
-        *((repr(op.const), xs[0]) if op.reverse else (xs[0], repr(op.const)))),
+        *((f"({op.const!r})", xs[0]) if op.reverse else (xs[0], f"({op.const!r})"))),
 }
 
 
