@@ -1,6 +1,6 @@
 """The reliability session: regression tests for docs/reliability.md's promises.
 
-Tests that need a backend are marked ``opencl`` or ``torch`` and skip where it is not installed.
+Tests that need a backend are marked ``opencl`` or ``torch`` (select or deselect with ``-m``).
 """
 
 from __future__ import annotations

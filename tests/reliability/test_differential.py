@@ -24,7 +24,7 @@ from ncd._term import identity
 SIZES = (1, 2, 7, 13, 31)
 EXAMPLES = int(os.environ.get("NCD_DIFF_EXAMPLES", "25"))
 
-# one step of a chain, as data: (kind, arguments); built by _step over the current axes
+# a step of a chain is data, (kind, arguments...); `build` turns the chain into a model
 UNARY = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu", "gelu", "gelu_tanh", "silu",
          "sigmoid", "tanh", "square", "recip")
 SCALAR = ("add", "sub", "mul", "div", "max", "min", "pow")
