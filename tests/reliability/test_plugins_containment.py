@@ -207,6 +207,24 @@ def test_a_plugins_executable_keeps_its_numbers_errors_and_attributes(fakes: Fak
     assert any("faulty-plugin 2.1" in n for n in info.value.__notes__)
 
 
+def test_a_plugins_executable_copies_and_pickles(fakes: Fakes) -> None:
+    """The wrapper that attributes errors must not make an executable uncopyable (it recursed
+    in __getattr__ before __init__ had run)."""
+    import copy
+    import pickle
+
+    fakes.add("faulty-plugin", FAULTY, entry="faulty", version="2.1")
+    load()
+    exe = ncd.compile(attention(7, 13), "faulty")
+    xs = inputs(7, 13)
+    for clone in (copy.copy(exe), copy.deepcopy(exe), pickle.loads(pickle.dumps(exe))):
+        np.testing.assert_array_equal(clone(*xs), ncd.run(attention(7, 13), *xs))
+        with pytest.raises(ncd.PluginError) as info:
+            clone(*inputs(301, 7))
+        _attributed(info, ZeroDivisionError, "executable")
+    assert copy.copy(exe).wrapped is exe.wrapped
+
+
 FAILING_STEP = '''
     from ncd.plugins import DemoStep, hookimpl
 

@@ -64,10 +64,14 @@ class AttributedExecutable(Executable):
         return call(self._owner, self._what, self._inner, *inputs, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        # not self._inner: on an instance copy or pickle made without __init__, that would recurse
+        return getattr(object.__getattribute__(self, "_inner"), name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._inner, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle rebuild the wrapper
+        return type(self), (self._inner, self._owner, self._what)
 
     def __dir__(self) -> list[str]:
         return sorted({*dir(type(self)), *dir(self._inner)})
