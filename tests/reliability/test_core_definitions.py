@@ -180,3 +180,24 @@ def test_size_limits_at_the_edges() -> None:
     assert ncd.Axis("a", size=1).size == 1
     model = ops.softmax("d").bind(d=301)
     assert model.graph.size(model.graph.axes[0]) == 301
+
+
+#: an int Python refuses to print (str/repr stop at 4300 digits by default)
+UNPRINTABLE = -(10**5000)
+
+
+@pytest.mark.parametrize(("what", "call"), [
+    ("Axis size", lambda: ncd.Axis("a", size=UNPRINTABLE)),
+    ("bind size", lambda: ops.softmax("d").bind(d=UNPRINTABLE)),
+    ("scalar constant", lambda: ops.mul(UNPRINTABLE)),
+    ("dropout p", lambda: ops.dropout(UNPRINTABLE)),
+    ("topk k", lambda: TopKGate(e, UNPRINTABLE)),
+    ("gpt layers", lambda: nn.gpt(layers=UNPRINTABLE)),
+    ("init seed", lambda: ncd.init(ops.exp(), seed=UNPRINTABLE)),
+    ("identity count", lambda: ncd.identity(UNPRINTABLE)),
+    ("copy count", lambda: ncd.copy(UNPRINTABLE)),
+])
+def test_an_int_too_long_to_print_is_named_by_its_digits(what: str, call: Callable[[], Any]
+                                                         ) -> None:
+    with pytest.raises(ncd.NcdError, match=r"an int of about \d+ digits.*Fix:"):
+        call()

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ncd._lower import Builder, Hole, Ref
-from ncd.axis import ArrayType, Axis, AxisLike, check_name
+from ncd.axis import ArrayType, Axis, AxisLike, check_name, show
 from ncd.errors import AlignmentError, DefinitionError, TraceError
 from ncd.graph import Graph, Scope
 from ncd.op import Op
@@ -173,7 +173,7 @@ def graph_of(model: object, what: str) -> Graph:
 def check_seed(seed: object, what: str) -> int:
     """``seed`` if it is an int >= 0, else a ``DefinitionError`` for ``what``."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
-        raise DefinitionError(f"{what}: seed must be an int >= 0, got {seed!r}. Fix: pass e.g. "
+        raise DefinitionError(f"{what}: seed must be an int >= 0, got {show(seed)}. Fix: pass e.g. "
                               "seed=0.")
     return int(seed)
 
@@ -402,7 +402,7 @@ def identity(*types: ArrayType | Sequence[Axis] | int) -> Term:
     if len(types) == 1 and isinstance(types[0], int) and not isinstance(types[0], bool):
         n = types[0]
         if n < 0:
-            raise DefinitionError(f"identity({n}): the number of wires must be >= 0. Fix: "
+            raise DefinitionError(f"identity({show(n)}): the number of wires must be >= 0. Fix: "
                                   "pass a count such as identity(2).")
         return Wire("identity", n, tuple(range(n)))
     ts = tuple(_array_type(t) for t in types)
@@ -423,7 +423,7 @@ def _array_type(t: object) -> ArrayType:
 def copy(n: int = 2) -> Term:
     """One input, ``n`` identical outputs (using a value twice)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise TraceError(f"copy needs an int n >= 1, got {n!r}. Fix: copy(2) uses a value twice.")
+        raise TraceError(f"copy needs an int n >= 1, got {show(n)}. Fix: copy(2) uses a value twice.")
     return Wire("copy", 1, (0,) * n)
 
 

@@ -7,6 +7,7 @@ may both be called ``seq`` and still differ. The uid also fixes the axis colour 
 from __future__ import annotations
 
 import colorsys
+import math
 import os
 import unicodedata
 from collections.abc import Iterable
@@ -17,7 +18,7 @@ import attrs
 from ncd.errors import DefinitionError
 
 __all__ = ["DTYPES", "DTYPE_KINDS", "MAX_SIZE", "ArrayType", "Axis", "AxisLike", "axes",
-           "check_name", "dtype_bytes"]
+           "check_name", "dtype_bytes", "show"]
 
 #: The largest size one axis may have (2^62): larger is a typo, and products of such sizes
 #: overflow the 64-bit element counts every backend indexes with.
@@ -57,6 +58,19 @@ def _bad_char(text: str) -> str | None:
     return None
 
 
+def show(value: object) -> str:
+    """``value`` as a message quotes it: its repr, cut to 60 characters; an int past 2^64 by its
+    number of digits (Python refuses to print one of more than 4300)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        try:
+            digits = str(len(str(abs(value))))
+        except ValueError:  # past sys.get_int_max_str_digits()
+            digits = f"about {round(value.bit_length() * math.log10(2))}"
+        return f"an int of {digits} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def check_name(what: str, value: object, *, empty: bool = False) -> None:
     """Raise ``DefinitionError`` unless ``value`` is a string without control characters (and
     non-empty unless ``empty``): names end up in parameter paths, diagrams and messages."""
@@ -84,9 +98,8 @@ def _check_size(_: Any, __: Any, value: int | None) -> None:
             f"({type(value).__name__}). Fix: pass an int, e.g. size=int(n)."
         )
     if not 1 <= value <= MAX_SIZE:
-        shown = value if value.bit_length() < 70 else f"an int of {len(str(value))} digits"
         raise DefinitionError(
-            f"an axis size must lie in [1, 2^62], got {shown}. Fix: pass the size the axis "
+            f"an axis size must lie in [1, 2^62], got {show(value)}. Fix: pass the size the axis "
             "really has (None leaves it free)."
         )
 

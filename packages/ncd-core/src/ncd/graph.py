@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from ncd.axis import MAX_SIZE, ArrayType, Axis, check_name
+from ncd.axis import MAX_SIZE, ArrayType, Axis, check_name, show
 from ncd.errors import DefinitionError, SizeError
 from ncd.op import Op, Param
 from ncd.sizes import Config, SizeSolver, SizeVar, unique_labels
@@ -193,10 +193,8 @@ class Graph:
         unknown = []
         for key, size in wanted.items():
             if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_SIZE:
-                shown = size if not isinstance(size, int) or size.bit_length() < 70 else (
-                    f"an int of {len(str(size))} digits")
                 raise SizeError(
-                    f"size for {key!r} must be a positive int <= 2^62, got {shown!r}. Fix: bind "
+                    f"size for {key!r} must be a positive int <= 2^62, got {show(size)}. Fix: bind "
                     "the size the axis really has."
                 )
             if isinstance(key, Axis):

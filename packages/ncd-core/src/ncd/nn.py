@@ -11,7 +11,7 @@ from __future__ import annotations
 from ncd import ops
 from ncd._term import Term
 from ncd._trace import Tensor, trace
-from ncd.axis import ArrayType, Axis
+from ncd.axis import ArrayType, Axis, show
 from ncd.errors import DefinitionError
 
 __all__ = ["attention", "gpt", "layernorm", "mlp", "multihead_attention", "rmsnorm",
@@ -37,9 +37,7 @@ MAX_LAYERS = 4096
 
 def _count(what: str, value: object, low: int, high: int = MAX_LAYERS) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        shown = value if not isinstance(value, int) or value.bit_length() < 64 else (
-            f"an int of {len(str(value))} digits")
-        raise DefinitionError(f"{what} must be an int in [{low}, {high}], got {shown!r}. Fix: "
+        raise DefinitionError(f"{what} must be an int in [{low}, {high}], got {show(value)}. Fix: "
                               "pass an int in that range.")
     return value
 

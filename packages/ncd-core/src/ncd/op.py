@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 
 import attrs
 
-from ncd.axis import DTYPE_KINDS, Axis, check_name
+from ncd.axis import DTYPE_KINDS, Axis, check_name, show
 from ncd.errors import DefinitionError
 
 __all__ = [
@@ -106,13 +106,6 @@ def _who(op: Any) -> str:
     return f"{kind} op {name!r}" if isinstance(name, str) and name else f"{kind} op"
 
 
-def _show(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an int of {len(str(value))} digits"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _as_number(value: Any) -> Any:
     """attrs converter: a real number becomes a float; anything else is left for the validator
     to report (so one validator words every error, from constructors and the loader alike)."""
@@ -144,7 +137,7 @@ def number_field(default: Any = attrs.NOTHING, *, low: float | None = None,
               and (high is None or (value < high if high_open else value <= high)))
         if not ok:
             raise DefinitionError(
-                f"{_who(instance)}: {attribute.name} must be {wanted}, got {_show(value)}. "
+                f"{_who(instance)}: {attribute.name} must be {wanted}, got {show(value)}. "
                 f"Fix: {fix or f'pass {wanted}'}."
             )
 
@@ -157,7 +150,7 @@ def choice_field(choices: tuple[str, ...], default: Any = attrs.NOTHING) -> Any:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if not isinstance(value, str) or value not in choices:
             raise DefinitionError(
-                f"{_who(instance)}: unknown {attribute.name} {_show(value)}. Fix: use one of "
+                f"{_who(instance)}: unknown {attribute.name} {show(value)}. Fix: use one of "
                 f"{', '.join(choices)}."
             )
 
@@ -172,7 +165,7 @@ def count_field(default: Any = attrs.NOTHING, *, low: int = 1) -> Any:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise DefinitionError(
-                f"{_who(instance)}: {attribute.name} must be {wanted}, got {_show(value)}. "
+                f"{_who(instance)}: {attribute.name} must be {wanted}, got {show(value)}. "
                 f"Fix: pass {wanted}."
             )
 
@@ -186,7 +179,7 @@ def flag_field(default: bool) -> Any:
         if not isinstance(value, bool):
             raise DefinitionError(
                 f"{_who(instance)}: {attribute.name} must be True or False, got "
-                f"{_show(value)}. Fix: pass a bool."
+                f"{show(value)}. Fix: pass a bool."
             )
 
     return attrs.field(default=default, validator=check)
