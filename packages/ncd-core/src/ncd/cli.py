@@ -14,7 +14,7 @@ from typing import Any
 from ncd.errors import NcdError, PluginError
 from ncd.plugins.attribution import call
 from ncd.plugins.interfaces import Command
-from ncd.plugins.precedence import PREFER_ENV, Owner, PluginWarning
+from ncd.plugins.precedence import Owner, PluginWarning
 from ncd.plugins.registrations import TARGETED_COMMANDS
 
 __all__ = ["BUILTIN_MODELS", "CORE_COMMANDS", "add_model_arguments", "build_parser", "load_model",
@@ -167,8 +167,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         target = next(iter(handlers))
     refused = reg.refused("command").get(f"compile/{target}")
     if refused is not None:
-        raise PluginError(f"{refused.describe()}. Fix: choose one with "
-                          f"{PREFER_ENV}=compile/{target}=DISTRIBUTION")
+        raise PluginError(refused.refusal())
     handler = handlers.get(target)
     if handler is None:
         reg.backend(target)  # an unknown target fails here, naming the installed ones
@@ -278,8 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, collision in reg.refused("command").items():
         if "/" in name:
             continue  # reported by the dispatcher when that target is asked for
-        _add_stub(sub, name, f"{collision.describe()}. Fix: choose one with "
-                             f"{PREFER_ENV}={name}=DISTRIBUTION")
+        _add_stub(sub, name, collision.refusal())
     return parser
 
 

@@ -287,9 +287,7 @@ class Registry:
             return table[name]
         refused = self._refused.get((kind, name))
         if refused is not None:
-            choices = " or ".join(f"{PREFER_ENV}={name}={o.distribution}" for o in refused.owners)
-            raise PluginError(f"{refused.describe()}. Fix: choose one with {choices}, or "
-                              "uninstall one of them")
+            raise PluginError(refused.refusal())
         raise self._missing("renderer for format" if kind == "format" else kind, name, table)
 
     def _missing(self, what: str, name: str, table: Mapping[str, Any]) -> TargetNotFoundError:
@@ -346,8 +344,7 @@ class Registry:
 
 def _refusing(collision: Collision) -> Callable[..., Any]:
     def rule(*_: Any, **__: Any) -> Any:
-        raise PluginError(f"{collision.describe()}. Fix: choose one with "
-                          f"{PREFER_ENV}={collision.name}=DISTRIBUTION")
+        raise PluginError(collision.refusal())
 
     return rule
 

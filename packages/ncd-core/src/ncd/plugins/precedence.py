@@ -96,6 +96,11 @@ class Collision:
                    else "none is used")
         return f"{self.kind} {self.name!r} is claimed by {owners}: {outcome} ({self.rule})"
 
+    def refusal(self) -> str:
+        """The error for a use of a refused name: every owner, and how the user picks one."""
+        choices = " or ".join(f"{PREFER_ENV}={self.name}={o.distribution}" for o in self.owners)
+        return f"{self.describe()}. Fix: choose one with {choices}, or uninstall one of them"
+
 
 def parse_prefer(text: str) -> tuple[dict[str, str], list[str]]:
     """``"opencl=my-dist, draw=other"`` -> ({name: distribution}, [malformed entries])."""
