@@ -60,7 +60,8 @@ BINARY: dict[str, Callable[..., Any]] = {
     "div": operator.truediv,
     "max": torch.maximum,
     "min": torch.minimum,
-    "pow": operator.pow,
+    # not operator.pow: fx prints it infix, and a negative constant base, -1.5 ** x, is -(1.5 ** x)
+    "pow": torch.pow,
 }
 REDUCE: dict[str, Callable[..., Any]] = {"sum": torch.sum, "max": torch.amax, "min": torch.amin,
                                          "mean": torch.mean}
@@ -105,8 +106,6 @@ def _scalar(op: L.Scalar, xs: list[Node], ps: dict[str, Node], em: Emitter) -> l
     if op.fn in ("max", "min"):  # symmetric: clamp keeps the tensor's dtype
         key = "min" if op.fn == "max" else "max"
         return [em.call(torch.clamp, xs[0], **{key: op.const})]
-    if op.fn == "pow" and op.reverse:  # fx prints operator.pow infix: "-1.5 ** x" is -(1.5 ** x)
-        return [em.call(torch.pow, op.const, xs[0])]
     f = BINARY[op.fn]
     return [em.call(f, op.const, xs[0]) if op.reverse else em.call(f, xs[0], op.const)]
 
