@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ncd.errors import NcdError, PluginError
@@ -246,18 +246,18 @@ def _add_stub(sub: Any, name: str, message: str) -> None:
     def fail(args: argparse.Namespace) -> int:
         raise PluginError(message)
 
-    # no option prefix: whatever follows the name (``--n 3`` too) is taken, so the error below
-    # is what the user sees, not argparse's complaint about an unknown option
-    p = sub.add_parser(name, help=f"(unavailable) {message}", prefix_chars="\0", add_help=False)
-    p.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
-    p.set_defaults(func=fail, _ncd_owner=None)
+    # the whole line is taken, so the error above is what the user sees, not argparse's
+    # complaint about an unknown option
+    _add_whole_line(sub, name, f"(unavailable) {message}", fail)
 
 
-def _add_dispatcher(sub: Any, cmd: Command) -> None:
-    """A core command whose arguments belong to a per-target handler: take the line whole."""
-    p = sub.add_parser(cmd.name, help=cmd.help, prefix_chars="\0", add_help=False)
+def _add_whole_line(sub: Any, name: str, help: str,
+                    run: Callable[[argparse.Namespace], int]) -> None:
+    """A subcommand that takes the rest of the line as ``args.rest``: no option prefix, so
+    ``--n 3`` is taken too (a stub; ``compile``, whose options belong to a per-target handler)."""
+    p = sub.add_parser(name, help=help, prefix_chars="\0", add_help=False)
     p.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
-    p.set_defaults(func=cmd.run, _ncd_owner=None)
+    p.set_defaults(func=run, _ncd_owner=None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -267,11 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ncd", description="neural circuit diagrams toolkit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in reg.commands.values():
-        owner = reg.owner("command", cmd.name)
         if cmd.target is not None:
             continue  # reached through its core command (ncd compile --target ...)
+        owner = reg.owner("command", cmd.name)
         if cmd.name in TARGETED_COMMANDS and owner is not None and owner.core:
-            _add_dispatcher(sub, cmd)
+            _add_whole_line(sub, cmd.name, cmd.help, cmd.run)
         else:
             _add_command(sub, cmd, owner)
     for name, collision in reg.refused("command").items():
