@@ -142,7 +142,7 @@ def _trace(
     name: str | None,
     label: str | None,
 ) -> Term:
-    from ncd._term import GraphTerm, call_site
+    from ncd._term import GraphTerm, _array_type, call_site
 
     if inputs is not None and (isinstance(inputs, str) or not isinstance(inputs, Sequence)):
         raise TraceError(f"trace(inputs=...) takes a list of array types, got {inputs!r}. Fix: "
@@ -158,8 +158,6 @@ def _trace(
     scope = Scope(name, label if label is not None else name) if name else None
     b = Builder(scope)
     holes: list[Hole] = [b.new_slot() for _ in range(n_in)]
-    from ncd._term import _array_type
-
     for hole, t in zip(holes, inputs or (), strict=False):
         b.materialise(hole, _array_type(t))
     token = _ACTIVE.set(b)
