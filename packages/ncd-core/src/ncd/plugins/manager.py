@@ -1,11 +1,9 @@
-"""The plugin host: loads the entry points of the group ``ncd`` through pluggy, takes each
-plugin's registrations as claims and settles them into one registry by the rule of
-``ncd.plugins.precedence`` (built-ins win; overrides are explicit; nothing wins silently).
-
-A plugin that fails to load or register (an exception, even ``sys.exit()``) is named in a
-warning and leaves no trace; the rest keep working. Ctrl-C still stops loading, and the
-half-built registry is forgotten. ``NCD_DISABLE_PLUGINS=name,other`` skips plugins by
-entry-point name; ``NCD_PLUGIN_PREFER=name=distribution,...`` settles collisions.
+"""The plugin registry: takes the claims of every plugin ``ncd.plugins.loader`` loaded and
+settles them into one table per kind by the rule of ``ncd.plugins.precedence`` (built-ins win;
+overrides are explicit; nothing wins silently), then looks names up with errors that say how to
+get what is missing. ``NCD_DISABLE_PLUGINS=name,other`` skips plugins by entry-point name;
+``NCD_PLUGIN_PREFER=name=distribution,...`` settles collisions. Ctrl-C while loading leaves no
+half-built registry.
 """
 
 from __future__ import annotations
@@ -13,9 +11,8 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import pluggy
@@ -32,22 +29,21 @@ from ncd.plugins.interfaces import (
     Lowering,
     Renderer,
 )
+from ncd.plugins.loader import DISABLE_ENV, PluginInfo, dist_version, load_plugins
 from ncd.plugins.precedence import (
     PREFER_ENV,
     Claim,
     Collision,
     Owner,
-    PluginWarning,
     normalise,
     parse_prefer,
     resolve,
+    warn,
 )
-from ncd.plugins.registrations import HOOKS, TARGETED_COMMANDS, claims_from
 
-__all__ = ["KNOWN_PROVIDERS", "TARGETED_COMMANDS", "PluginInfo", "Registry", "registry", "reset"]
+__all__ = ["KNOWN_PROVIDERS", "Registry", "registry", "reset"]
 
-ENTRY_POINT_GROUP = "ncd"
-DISABLE_ENV = "NCD_DISABLE_PLUGINS"
+T = TypeVar("T")
 
 #: First-party targets and the distribution that provides them (for "pip install ..." hints).
 KNOWN_PROVIDERS = {
@@ -61,14 +57,6 @@ KNOWN_PROVIDERS = {
     "diagram-json": "ncd-diagram",
     "perf": "ncd-perf",
 }
-
-@attrs.frozen
-class PluginInfo:
-    name: str
-    distribution: str
-    version: str
-    status: str  # loaded | disabled | failed: <reason> | builtin
-    hooks: tuple[str, ...] = ()
 
 
 class Registry:
@@ -85,18 +73,16 @@ class Registry:
         self.formats: dict[str, Renderer] = {}
         self.cost_models: dict[str, CostModel] = {}
         self.commands: dict[str, Command] = {}
-        self.demo_steps: list[DemoStep] = []
         self.lowerings: dict[tuple[str, str], Lowering] = {}
         self.collisions: list[Collision] = []
         if prefer is None:
             prefer, bad = parse_prefer(os.environ.get(PREFER_ENV, ""))
             for entry in bad:
-                self._warn(f"{PREFER_ENV}: ignored {entry!r}; entries read name=distribution")
+                warn(f"{PREFER_ENV}: ignored {entry!r}; entries read name=distribution")
         self.prefer = {name: normalise(dist) for name, dist in prefer.items()}
         if disabled is None:
             disabled = os.environ.get(DISABLE_ENV, "").split(",")
         self.disabled = frozenset(s.strip() for s in disabled if s.strip())
-        self._claims: list[Claim] = []
         self._owners: dict[tuple[str, str], Owner] = {}
         self._refused: dict[tuple[str, str], Collision] = {}
         self._steps: list[tuple[DemoStep, Owner]] = []
@@ -114,97 +100,42 @@ class Registry:
         """Names of ``kind`` that no one got (two third parties, and the user chose neither)."""
         return {n: c for (k, n), c in self._refused.items() if k == kind}
 
+    @property
+    def demo_steps(self) -> list[DemoStep]:
+        """Every plugin's demo steps, in ``order``."""
+        return [s for s, _ in self._steps]
+
     def demo_steps_with_owners(self) -> list[tuple[DemoStep, Owner]]:
-        return sorted(self._steps, key=lambda s: s[0].order)
+        return list(self._steps)
 
-    # -- loading ---------------------------------------------------------------------------------
     def load(self) -> None:
-        from ncd.plugins import _builtin
-
-        self._load_one(Owner("reference", "ncd-core", _version("ncd-core")), lambda: _builtin,
-                       "builtin")
-        eps = sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, _dist(e)))
-        by_name: dict[str, list[str]] = {}
-        for ep in eps:
-            owner = Owner(ep.name, _dist(ep), ep.dist.version if ep.dist is not None else "?")
-            by_name.setdefault(ep.name, []).append(owner.distribution)
-            if ep.name in self.disabled:
-                self.plugins.append(PluginInfo(ep.name, owner.distribution, owner.version,
-                                               "disabled"))
-                continue
-            self._load_one(owner, ep.load, "loaded")
-        for name, dists in by_name.items():
-            if len(dists) > 1:
-                self._warn(f"ncd: entry point {name!r} is declared by {' and '.join(dists)}; "
-                           f"both are loaded, and {DISABLE_ENV}={name} would skip both")
-        self._settle_all()
-
-    def _load_one(self, owner: Owner, load: Callable[[], Any], status: str) -> None:
-        try:
-            claims, hooks = self._register(load(), owner)
-        except (Exception, SystemExit) as e:  # sys.exit() in a plugin must not end ncd
-            reason = f"{type(e).__name__}: {e}"
-            self.plugins.append(PluginInfo(owner.plugin, owner.distribution, owner.version,
-                                           f"failed: {reason}"))
-            self._warn(f"ncd plugin {owner.plugin!r} ({owner.distribution} {owner.version}) "
-                       f"failed to load: {reason}. Fix: repair or uninstall "
-                       f"{owner.distribution}, or skip it with {DISABLE_ENV}={owner.plugin}")
-            return
-        self._claims.extend(claims)
-        self.plugins.append(PluginInfo(owner.plugin, owner.distribution, owner.version, status,
-                                       hooks))
-
-    def _register(self, module: Any, owner: Owner) -> tuple[list[Claim], tuple[str, ...]]:
-        """Register ``module`` with pluggy and call its hooks; on any failure (Ctrl-C too) it
-        is unregistered again, so the registry never holds half a plugin."""
-        if self.pm.is_registered(module):
-            raise PluginError(f"its module is already registered as plugin "
-                              f"{self.pm.get_name(module)!r}")
-        taken = self.pm.get_plugin(owner.plugin) is not None
-        self.pm.register(module, name=f"{owner.plugin}@{owner.distribution}" if taken
-                         else owner.plugin)
-        try:
-            return self._collect(module, owner)
-        except BaseException:
-            self.pm.unregister(module)
-            raise
-
-    def _collect(self, module: Any, owner: Owner) -> tuple[list[Claim], tuple[str, ...]]:
-        claims: list[Claim] = []
-        hooks: list[str] = []
-        for caller in self.pm.get_hookcallers(module) or ():
-            hook = HOOKS.get(caller.name)
-            if hook is None:
-                raise PluginError(f"it implements {caller.name}, which is not an ncd hook "
-                                  f"(known: {', '.join(HOOKS)})")
-            hooks.append(caller.name)
-            for impl in caller.get_hookimpls():
-                if impl.plugin is module:
-                    claims.extend(claims_from(hook, caller.name, impl.function(), owner))
-        return claims, tuple(sorted(hooks))
+        """Load every plugin and settle their claims (``registry()`` does, once)."""
+        plugins, claims = load_plugins(self.pm, self.disabled)
+        self.plugins.extend(plugins)
+        self._settle_all(claims)
 
     # -- settling names --------------------------------------------------------------------------
-    def _settle_all(self) -> None:
+    def _settle_all(self, claims: list[Claim]) -> None:
         groups: dict[tuple[str, str], list[Claim]] = {}
-        for c in self._claims:
+        for c in claims:
             if c.kind == "demo step":
                 self._steps.append((c.item, c.owner))
             else:
                 groups.setdefault((c.kind, c.name), []).append(c)
-        self.demo_steps = [s for s, _ in self.demo_steps_with_owners()]
+        self._steps.sort(key=lambda s: s[0].order)
         tables: dict[str, dict[str, Any]] = {
             "backend": self.backends, "exporter": self.exporters, "renderer": self.renderers,
             "cost model": self.cost_models, "command": self.commands}
-        for (kind, _), claims in groups.items():
+        for (kind, _), group in groups.items():
             if kind in tables:
-                win = self._settle(claims)
+                win = self._settle(group)
                 if win is not None:
                     tables[kind][win.name] = win.item
         # ops first: a lowering asks whether its op kind is the core's
         for kind, settle in (("op", self._settle_op), ("lowering", self._settle_lowering)):
-            for (k, _), claims in groups.items():
+            for (k, _), group in groups.items():
                 if k == kind:
-                    settle(claims)
+                    settle(group)
         self._settle_formats()
 
     def _settle(self, claims: list[Claim]) -> Claim | None:
@@ -212,7 +143,7 @@ class Registry:
         key = (claims[0].kind, claims[0].name)
         if collision is not None:
             self.collisions.append(collision)
-            self._warn(f"ncd: {collision.describe()}")
+            warn(f"ncd: {collision.describe()}")
             if win is None:
                 self._refused[key] = collision
         if win is not None:
@@ -253,7 +184,7 @@ class Registry:
                                   f"{existing.__qualname__}; op kinds are never replaced, "
                                   "rename the new kind", (holder,))
             self.collisions.append(collision)
-            self._warn(f"ncd: {collision.describe()}")
+            warn(f"ncd: {collision.describe()}")
             return
         win = self._settle([attrs.evolve(c, protected=c.item.op is existing) for c in claims])
         if win is None:
@@ -261,8 +192,8 @@ class Registry:
         try:
             register_op(win.item.op)
         except (Exception, SystemExit) as e:  # e.g. an op class without a kind
-            self._warn(f"ncd: op {name!r} of {win.owner.describe()} was not registered: "
-                       f"{type(e).__name__}: {e}")
+            warn(f"ncd: op {name!r} of {win.owner.describe()} was not registered: "
+                 f"{type(e).__name__}: {e}")
             return
         REFERENCE_RULES[win.item.op] = win.item.reference
 
@@ -277,12 +208,8 @@ class Registry:
             if win is not None:
                 self.formats[win.name] = win.item
 
-    @staticmethod
-    def _warn(message: str) -> None:
-        warnings.warn(message, PluginWarning, stacklevel=3)
-
     # -- lookup ------------------------------------------------------------------------------------
-    def _lookup(self, kind: str, name: str, table: Mapping[str, Any]) -> Any:
+    def _lookup(self, kind: str, name: str, table: Mapping[str, T]) -> T:
         if name in table:
             return table[name]
         refused = self._refused.get((kind, name))
@@ -310,12 +237,10 @@ class Registry:
                                    f"{fix}")
 
     def backend(self, name: str) -> Backend:
-        backend: Backend = self._lookup("backend", name, self.backends)
-        return backend
+        return self._lookup("backend", name, self.backends)
 
     def exporter(self, name: str) -> Exporter:
-        exporter: Exporter = self._lookup("exporter", name, self.exporters)
-        return exporter
+        return self._lookup("exporter", name, self.exporters)
 
     def renderer_for(self, fmt: str) -> Renderer | None:
         """The renderer that draws ``fmt``, None if none does (refused formats raise)."""
@@ -324,8 +249,7 @@ class Registry:
         return self.renderer(fmt)
 
     def renderer(self, fmt: str) -> Renderer:
-        renderer: Renderer = self._lookup("format", fmt, self.formats)
-        return renderer
+        return self._lookup("format", fmt, self.formats)
 
     def render(self, model: Any, fmt: str, **options: Any) -> str | bytes:
         """Draw ``model`` as ``fmt`` with the renderer for it, its errors attributed."""
@@ -334,8 +258,7 @@ class Registry:
         return call(owner, f"renderer {r.name!r}", r.render, model, fmt, **options)
 
     def cost_model(self, name: str) -> CostModel:
-        model: CostModel = self._lookup("cost model", name, self.cost_models)
-        return model
+        return self._lookup("cost model", name, self.cost_models)
 
     def lowerings_for(self, target: str) -> dict[str, Lowering]:
         """Op kind -> lowering registered for ``target`` by any plugin."""
@@ -356,21 +279,10 @@ def _is_core(cls: type) -> bool:
 def _module_owner(module: str) -> Owner:
     top = module.split(".")[0]
     dist = "ncd-core" if top == "ncd" else top.replace("_", "-")
-    if _version(dist) == "?":
+    if dist_version(dist) == "?":
         dists = md.packages_distributions().get(top, [])
         dist = dists[0] if dists else f"module {top}"
-    return Owner(module, dist, _version(dist))
-
-
-def _dist(ep: md.EntryPoint) -> str:
-    return ep.dist.name if ep.dist is not None else "?"
-
-
-def _version(dist: str) -> str:
-    try:
-        return md.version(dist)
-    except (md.PackageNotFoundError, ValueError):
-        return "?"
+    return Owner(module, dist, dist_version(dist))
 
 
 _REGISTRY: Registry | None = None

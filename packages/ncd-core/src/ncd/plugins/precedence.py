@@ -12,13 +12,14 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 __all__ = ["FIRST_PARTY", "PREFER_ENV", "Claim", "Collision", "Owner", "PluginWarning",
-           "normalise", "parse_prefer", "resolve"]
+           "normalise", "parse_prefer", "resolve", "warn"]
 
 PREFER_ENV = "NCD_PLUGIN_PREFER"
 
@@ -28,6 +29,10 @@ FIRST_PARTY = ("ncd-core", "ncd-torch", "ncd-opencl", "ncd-cuda", "ncd-diagram",
 
 class PluginWarning(RuntimeWarning):
     """A plugin failed to load, or a name collision was resolved (once per collision)."""
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, PluginWarning, stacklevel=3)
 
 
 def normalise(distribution: str) -> str:
