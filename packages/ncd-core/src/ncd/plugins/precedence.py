@@ -161,12 +161,12 @@ def resolve(claims: Sequence[Claim], prefer: Mapping[str, str]) -> tuple[Claim |
                     "override=True")
     if builtins:
         win = builtins[0]
-        hint = third[0].owner.distribution if third else "DIST"
         if not third:
             return win, collision(win.owner, f"first-party packages rank in the order "
                                              f"{', '.join(FIRST_PARTY)}{note}")
         return win, collision(win.owner, f"built-ins win{note}; to let a third party replace "
                                          f"it, its registration must say override=True and the "
-                                         f"user must set {PREFER_ENV}={name}={hint}")
+                                         f"user must set {PREFER_ENV}={name}="
+                                         f"{third[0].owner.distribution}")
     return None, collision(None, f"two third-party plugins claim it{note}; choose one with "
                                  f"{PREFER_ENV}={name}={cands[0].owner.distribution}")
