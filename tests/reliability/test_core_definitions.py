@@ -196,6 +196,17 @@ UNPRINTABLE = -(10**5000)
     ("init seed", lambda: ncd.init(ops.exp(), seed=UNPRINTABLE)),
     ("identity count", lambda: ncd.identity(UNPRINTABLE)),
     ("copy count", lambda: ncd.copy(UNPRINTABLE)),
+    ("Axis name", lambda: ncd.Axis(UNPRINTABLE)),  # type: ignore[arg-type]
+    ("ArrayType axes", lambda: ncd.ArrayType(UNPRINTABLE)),  # type: ignore[arg-type]
+    ("dtype", lambda: ncd.ArrayType((d,), UNPRINTABLE)),  # type: ignore[arg-type]
+    ("softmax axis", lambda: ops.softmax(UNPRINTABLE)),  # type: ignore[arg-type]
+    ("einsum spec", lambda: ops.einsum(UNPRINTABLE)),  # type: ignore[arg-type]
+    ("prim", lambda: ops.prim(UNPRINTABLE)),  # type: ignore[arg-type]
+    ("compose", lambda: ops.exp() >> UNPRINTABLE),  # type: ignore[operator]
+    ("lift", lambda: ops.exp().over(UNPRINTABLE)),  # type: ignore[arg-type]
+    ("init of a non-model", lambda: ncd.init(UNPRINTABLE)),
+    ("nn axis", lambda: nn.mlp(d_model=UNPRINTABLE)),
+    ("nn activation", lambda: nn.mlp(activation=UNPRINTABLE)),  # type: ignore[arg-type]
 ])
 def test_an_int_too_long_to_print_is_named_by_its_digits(what: str, call: Callable[[], Any]
                                                          ) -> None:

@@ -73,7 +73,7 @@ class Term:
         """Lift over new leading axes: every input gains them, one instance runs per index."""
         for a in axes:
             if not isinstance(a, Axis | str):
-                raise DefinitionError(f".over() takes axes or axis names, got {a!r}. Fix: pass "
+                raise DefinitionError(f".over() takes axes or axis names, got {show(a)}. Fix: pass "
                                       "e.g. .over('batch') or .over(ncd.Axis('batch', size=8)).")
         return Over(self, tuple(a if isinstance(a, Axis) else Axis(a) for a in axes))
 
@@ -167,7 +167,7 @@ def graph_of(model: object, what: str) -> Graph:
     if isinstance(model, Graph):
         return model
     raise DefinitionError(f"{what} takes a model (an ncd term or graph), got "
-                          f"{type(model).__name__} {model!r}. Fix: pass e.g. ncd.nn.mlp().")
+                          f"{type(model).__name__} {show(model)}. Fix: pass e.g. ncd.nn.mlp().")
 
 
 def check_seed(seed: object, what: str) -> int:
@@ -181,7 +181,7 @@ def check_seed(seed: object, what: str) -> int:
 def _term(where: str, value: object) -> Term:
     if not isinstance(value, Term):
         raise DefinitionError(
-            f"{where} composes terms, got {type(value).__name__} {value!r}. Fix: wrap values "
+            f"{where} composes terms, got {type(value).__name__} {show(value)}. Fix: wrap values "
             "as terms (ops.constant(...), ncd.identity(...)), or call terms on tensors inside "
             "ncd.trace."
         )
@@ -414,7 +414,7 @@ def _array_type(t: object) -> ArrayType:
         return t
     if isinstance(t, Axis | str | int) or not isinstance(t, Sequence):
         raise DefinitionError(
-            f"expected an array type or a sequence of axes, got {t!r}. Fix: pass e.g. "
+            f"expected an array type or a sequence of axes, got {show(t)}. Fix: pass e.g. "
             "[q, d] or ncd.ArrayType((q, d))."
         )
     return ArrayType(tuple(t))

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from ncd._lower import Builder, Hole, Ref
-from ncd.axis import ArrayType, Axis
+from ncd.axis import ArrayType, Axis, show
 from ncd.errors import TraceError
 from ncd.graph import Scope
 
@@ -95,7 +95,7 @@ def apply_term(term: Term, args: Sequence[Any]) -> Any:
     refs: list[Ref] = []
     for a in args:
         if not isinstance(a, Tensor):
-            raise TraceError(f"{term!r} received {a!r}; pass symbolic tensors")
+            raise TraceError(f"{term!r} received {show(a)}; pass symbolic tensors")
         if a._builder is not builder:
             raise TraceError("a tensor from another traced function was used here")
         refs.append(a._ref)
@@ -145,7 +145,7 @@ def _trace(
     from ncd._term import GraphTerm, _array_type, call_site
 
     if inputs is not None and (isinstance(inputs, str) or not isinstance(inputs, Sequence)):
-        raise TraceError(f"trace(inputs=...) takes a list of array types, got {inputs!r}. Fix: "
+        raise TraceError(f"trace(inputs=...) takes a list of array types, got {show(inputs)}. Fix: "
                          "pass e.g. inputs=[ncd.ArrayType((s, d))].")
     site = call_site()
     if inputs is not None:
@@ -168,6 +168,6 @@ def _trace(
     outs = result if isinstance(result, tuple | list) else (result,)
     for o in outs:
         if not isinstance(o, Tensor) or o._builder is not b:
-            raise TraceError(f"{fn.__name__} must return tensors of its own trace, got {o!r}")
+            raise TraceError(f"{fn.__name__} must return tensors of its own trace, got {show(o)}")
     graph = b.finish([o._ref for o in outs], what=fn.__name__)
     return GraphTerm(graph, site)

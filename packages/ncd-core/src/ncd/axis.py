@@ -76,7 +76,7 @@ def check_name(what: str, value: object, *, empty: bool = False) -> None:
     non-empty unless ``empty``): names end up in parameter paths, diagrams and messages."""
     if not isinstance(value, str) or (not value and not empty):
         kind = "a string" if empty else "a non-empty string"
-        raise DefinitionError(f"{what} must be {kind}, got {value!r}. Fix: pass {kind}.")
+        raise DefinitionError(f"{what} must be {kind}, got {show(value)}. Fix: pass {kind}.")
     bad = _bad_char(value)
     if bad is not None:
         raise DefinitionError(
@@ -163,7 +163,8 @@ def axes(spec: str | Iterable[str], **sizes: int) -> tuple[Axis, ...]:
     elif isinstance(spec, Iterable):
         names = list(spec)
     else:
-        raise DefinitionError(f"ncd.axes takes names like 'q x d', got {spec!r}. Fix: pass a string.")
+        raise DefinitionError(f"ncd.axes takes names like 'q x d', got {show(spec)}. Fix: pass a "
+                              "string.")
     unknown = set(sizes) - set(names)
     if unknown:
         raise DefinitionError(
@@ -175,7 +176,7 @@ def axes(spec: str | Iterable[str], **sizes: int) -> tuple[Axis, ...]:
 
 def _to_axes(value: Iterable[Axis]) -> tuple[Axis, ...]:
     if not isinstance(value, Iterable) or isinstance(value, str):
-        raise DefinitionError(f"array type axes must be a sequence of Axis, got {value!r}. "
+        raise DefinitionError(f"array type axes must be a sequence of Axis, got {show(value)}. "
                               "Fix: pass e.g. (q, d).")
     return tuple(value)
 
@@ -184,8 +185,8 @@ def _distinct(_: Any, __: Any, value: tuple[Axis, ...]) -> None:
     for a in value:
         if not isinstance(a, Axis):
             raise DefinitionError(
-                f"array type axes must be Axis objects, got {a!r}. Fix: make them with ncd.Axis "
-                "or ncd.axes."
+                f"array type axes must be Axis objects, got {show(a)}. Fix: make them with "
+                "ncd.Axis or ncd.axes."
             )
     if len(set(value)) != len(value):
         dup = [a.describe() for a in value if value.count(a) > 1]
@@ -198,7 +199,7 @@ def _distinct(_: Any, __: Any, value: tuple[Axis, ...]) -> None:
 def _check_dtype(_: Any, __: Any, value: str) -> None:
     if not isinstance(value, str) or value not in DTYPES:
         raise DefinitionError(
-            f"unknown dtype {value!r}. Fix: use one of {', '.join(DTYPES)}."
+            f"unknown dtype {show(value)}. Fix: use one of {', '.join(DTYPES)}."
         )
 
 

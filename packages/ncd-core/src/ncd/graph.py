@@ -45,7 +45,8 @@ class Scope:
     @parent.validator
     def _check_parent(self, _: Any, value: int | None) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise DefinitionError(f"a scope's parent must be a scope index or None, got {value!r}")
+            raise DefinitionError(f"a scope's parent must be a scope index or None, got "
+                                  f"{show(value)}. Fix: pass the index of the enclosing scope.")
 
 
 @attrs.frozen

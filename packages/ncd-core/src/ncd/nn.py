@@ -24,8 +24,9 @@ def _ax(default: str, value: AxisArg) -> Axis:
     if isinstance(value, Axis):
         return value
     if isinstance(value, bool) or not isinstance(value, int | str | None):
-        raise DefinitionError(f"{default}: expected an Axis, an int size or a name, got {value!r}. "
-                              f"Fix: pass e.g. {default}=64 or {default}=ncd.Axis({default!r}).")
+        raise DefinitionError(f"{default}: expected an Axis, an int size or a name, got "
+                              f"{show(value)}. Fix: pass e.g. {default}=64 or "
+                              f"{default}=ncd.Axis({default!r}).")
     if isinstance(value, int):
         return Axis(default, size=value)
     return Axis(value or default)
@@ -46,7 +47,7 @@ def _activation(value: object) -> str:
     from ncd.ops import UNARY_FNS
 
     if value not in UNARY_FNS:
-        raise DefinitionError(f"unknown activation {value!r}. Fix: use one of "
+        raise DefinitionError(f"unknown activation {show(value)}. Fix: use one of "
                               f"{', '.join(UNARY_FNS)}.")
     return str(value)
 

@@ -75,27 +75,27 @@ def registrar(table: dict[type, R]) -> Callable[..., Callable[[R], R]]:
 
 def _tuple_of_axes(value: Iterable[Axis]) -> tuple[Axis, ...]:
     if isinstance(value, str | Axis) or not isinstance(value, Iterable):
-        raise DefinitionError(f"expected a sequence of Axis objects, got {value!r}. Fix: pass "
+        raise DefinitionError(f"expected a sequence of Axis objects, got {show(value)}. Fix: pass "
                               "Axis objects (ncd.axes) or use the ops.* constructors, which "
                               "take names.")
     out = tuple(value)
     for a in out:
         if not isinstance(a, Axis):
-            raise DefinitionError(f"expected Axis objects, got {a!r}. Fix: pass Axis objects "
+            raise DefinitionError(f"expected Axis objects, got {show(a)}. Fix: pass Axis objects "
                                   "(ncd.axes) or use the ops.* constructors, which take names.")
     return out
 
 
 def _tuple_of_groups(value: Iterable[Iterable[Axis]]) -> tuple[tuple[Axis, ...], ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
-        raise DefinitionError(f"expected groups of Axis objects, got {value!r}. Fix: pass a "
+        raise DefinitionError(f"expected groups of Axis objects, got {show(value)}. Fix: pass a "
                               "tuple of tuples of Axis.")
     return tuple(_tuple_of_axes(g) for g in value)
 
 
 def _one_axis(value: Axis) -> Axis:
     if not isinstance(value, Axis):
-        raise DefinitionError(f"expected an Axis, got {value!r}. Fix: pass an Axis object "
+        raise DefinitionError(f"expected an Axis, got {show(value)}. Fix: pass an Axis object "
                               "(ncd.Axis) or use the ops.* constructors, which take names.")
     return value
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ncd.axis import show
 from ncd.errors import DTypeError, ParameterError, SizeError
 from ncd.sizes import check_bytes, memory_limit
 
@@ -29,7 +30,7 @@ def init(model: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str, np.nda
     except TypeError:
         float_type = False
     if not float_type:
-        raise DTypeError(f"ncd.init: dtype must be a float type, got {dtype!r}. Fix: pass "
+        raise DTypeError(f"ncd.init: dtype must be a float type, got {show(dtype)}. Fix: pass "
                          "dtype=np.float32 (or np.float64).")
     out: dict[str, np.ndarray] = {}
     limit = memory_limit()

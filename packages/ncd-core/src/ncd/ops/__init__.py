@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ncd._term import Prim, Term, call_site
-from ncd.axis import Axis, AxisLike
+from ncd.axis import Axis, AxisLike, show
 from ncd.errors import DefinitionError
 from ncd.op import OP_KINDS, Op, Param, Product, register_op
 from ncd.ops._library import (
@@ -68,7 +68,7 @@ class _Names:
         if isinstance(a, Axis):
             return a
         if not isinstance(a, str):
-            raise DefinitionError(f"expected an axis name or an Axis, got {a!r}. Fix: pass a "
+            raise DefinitionError(f"expected an axis name or an Axis, got {show(a)}. Fix: pass a "
                                   "name such as 'd' or an ncd.Axis.")
         if a not in self.map:
             self.map[a] = Axis(a)
@@ -80,7 +80,7 @@ class _Names:
         if isinstance(spec, str):
             return tuple(self.axis(n) for n in spec.split())
         if not isinstance(spec, Sequence):
-            raise DefinitionError(f"expected axis names or Axis objects, got {spec!r}. Fix: "
+            raise DefinitionError(f"expected axis names or Axis objects, got {show(spec)}. Fix: "
                                   "pass 'q d', an Axis, or a sequence of them.")
         return tuple(self.axis(a) for a in spec)
 
@@ -89,7 +89,7 @@ def _arrow(what: str, spec: object, example: str) -> tuple[str, str]:
     """Split ``"in -> out"``; anything else is a ``DefinitionError`` showing ``example``."""
     if not isinstance(spec, str) or spec.count("->") != 1:
         raise DefinitionError(
-            f"{what} spec {spec!r} needs exactly one '->' between inputs and output. Fix: "
+            f"{what} spec {show(spec)} needs exactly one '->' between inputs and output. Fix: "
             f"write it like {example!r}."
         )
     left, right = spec.split("->")
@@ -99,7 +99,7 @@ def _arrow(what: str, spec: object, example: str) -> tuple[str, str]:
 def prim(op: Op) -> Term:
     """Wrap any op (including a plugin's) as a term."""
     if not isinstance(op, Op):
-        raise DefinitionError(f"ops.prim takes an Op, got {op!r}. Fix: pass an instance of an "
+        raise DefinitionError(f"ops.prim takes an Op, got {show(op)}. Fix: pass an instance of an "
                               "op class (e.g. ops.Softmax(axis)).")
     return Prim(op, call_site())
 
@@ -201,8 +201,9 @@ gelu_tanh = _unary_ctor("gelu_tanh")
 def gelu(*, approximate: str = "none", name: str = "") -> Term:
     """GELU: exact (erf) by default, ``approximate="tanh"`` for the GPT-2 form."""
     if approximate not in ("none", "tanh"):
-        raise DefinitionError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}. "
-                              "Fix: pass approximate='tanh' for the GPT-2 form.")
+        raise DefinitionError(f"gelu: approximate must be 'none' or 'tanh', got "
+                              f"{show(approximate)}. Fix: pass approximate='tanh' for the GPT-2 "
+                              "form.")
     return unary("gelu" if approximate == "none" else "gelu_tanh", name=name)
 
 
