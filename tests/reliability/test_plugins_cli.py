@@ -102,6 +102,17 @@ def test_a_command_raising_an_ncd_error_prints_one_line(fakes: Fakes,
     assert "Traceback" not in err
 
 
+def test_a_command_raising_a_plugin_error_is_still_named(fakes: Fakes,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A PluginError of the plugin's own (no cause) is bad input too: one line, and the note
+    naming the plugin is printed as for every other NcdError."""
+    fakes.add("run-plugin-error", command_source(
+        "needy", run="import ncd; raise ncd.PluginError('needs a GPU. Fix: pass --n 0')"))
+    code, _, err = ncd(capsys, "needy", "--n", "3")
+    assert code == 2 and "ncd: error: needs a GPU" in err and "run-plugin-error 1.0" in err
+    assert "Traceback" not in err
+
+
 def test_two_third_party_commands_on_one_name_are_refused(fakes: Fakes,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     fakes.add("cmd-one", command_source("twin"))

@@ -288,18 +288,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         owner = getattr(args, "_ncd_owner", None)
         return int(call(owner, f"command {args.command!r}", args.func, args) or 0)
-    except PluginError as e:
-        if e.__cause__ is not None and not isinstance(e.__cause__, NcdError):
-            traceback.print_exception(e.__cause__)
-            print(f"ncd: error: {e}", file=sys.stderr)
-            return 1
-        print(f"ncd: error: {e}", file=sys.stderr)
-        return 2
     except NcdError as e:
+        # a PluginError caused by something else wraps a plugin's bug: show where it broke
+        bug = isinstance(e, PluginError) and e.__cause__ is not None and not isinstance(
+            e.__cause__, NcdError)
+        if bug:
+            traceback.print_exception(e.__cause__)
         print(f"ncd: error: {e}", file=sys.stderr)
-        for note in getattr(e, "__notes__", ()):
+        for note in getattr(e, "__notes__", ()):  # e.g. the plugin that raised it
             print(f"  ({note})", file=sys.stderr)
-        return 2
+        return 1 if bug else 2
     except KeyboardInterrupt:
         print("ncd: interrupted", file=sys.stderr)
         return 130
