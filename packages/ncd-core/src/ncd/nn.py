@@ -164,8 +164,6 @@ def moe(seq: AxisArg = "seq", d_model: AxisArg = "d_model", d_ff: AxisArg = "d_f
     k best scores, zero elsewhere) and the gate-weighted sum of the selected expert MLPs."""
     from ncd.ops._routing import Experts, TopKGate
 
-    _count("moe: k", k, 1)
-    _activation(activation)
     s, dm, ff, ex = _ax("seq", seq), _ax("d_model", d_model), _ax("d_ff", d_ff), _ax("experts", experts)
     router = ops.linear(dm, ex, bias=False, name="router")
     gate = ops.prim(TopKGate(ex, k, name="gate"))
