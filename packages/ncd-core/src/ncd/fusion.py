@@ -216,9 +216,9 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
 
     Partitions carry symbolic tiles ``t_<label>`` unless ``tiles`` gives ints (by axis, label or
     tile name)."""
-    from ncd._term import Term
+    from ncd._term import graph_of
 
-    graph: Graph = model.graph if isinstance(model, Term) else model
+    graph = graph_of(model, "ncd.fuse")
     kernels: list[list[int]] = []
     sched: list[tuple[Axis | None, list[Axis]]] = []
     deps: list[set[int]] = []

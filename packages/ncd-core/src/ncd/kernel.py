@@ -266,10 +266,9 @@ def kernel_io(graph: Graph, nodes: Iterable[int]) -> tuple[tuple[int, ...], tupl
 
 def unfused(model: object) -> FusionPlan:
     """One kernel per node, every intermediate in memory (the baseline plan)."""
-    from ncd._term import Term
+    from ncd._term import graph_of
 
-    graph = model.graph if isinstance(model, Term) else model
-    assert isinstance(graph, Graph)
+    graph = graph_of(model, "ncd.kernel.unfused")
     kernels = []
     for i, node in enumerate(graph.nodes):
         ins, outs = kernel_io(graph, [i])
