@@ -97,14 +97,10 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         if p.hooks:
             print(f"{' ' * (sum(w) + 6)}{', '.join(p.hooks)}")
     print()
-    for title, kind, table in (("backends", "backend", reg.backends),
-                               ("exporters", "exporter", reg.exporters),
-                               ("renderers", "renderer", reg.renderers),
-                               ("cost models", "cost model", reg.cost_models),
-                               ("commands", "command", reg.commands)):
+    for kind, table in reg.tables.items():
         names = [_labelled(n, reg.owner(kind, n)) for n in sorted(table)]
         names += [f"{n} (refused)" for n in sorted(reg.refused(kind))]
-        print(f"{title}: {', '.join(names) or '(none)'}")
+        print(f"{kind}s: {', '.join(names) or '(none)'}")
     if reg.overrides:
         print("\noverrides (a third party replaces a built-in, as the user allowed):")
         for c in reg.overrides:

@@ -101,6 +101,14 @@ class Registry:
         return {n: c for (k, n), c in self._refused.items() if k == kind}
 
     @property
+    def tables(self) -> dict[str, dict[str, Any]]:
+        """The named registrations by kind (``backend``, ``exporter``, ``renderer``,
+        ``cost model``, ``command``); formats, lowerings and demo steps are kept apart."""
+        return {"backend": self.backends, "exporter": self.exporters,
+                "renderer": self.renderers, "cost model": self.cost_models,
+                "command": self.commands}
+
+    @property
     def demo_steps(self) -> list[DemoStep]:
         """Every plugin's demo steps, in ``order``."""
         return [s for s, _ in self._steps]
@@ -123,9 +131,7 @@ class Registry:
             else:
                 groups.setdefault((c.kind, c.name), []).append(c)
         self._steps.sort(key=lambda s: s[0].order)
-        tables: dict[str, dict[str, Any]] = {
-            "backend": self.backends, "exporter": self.exporters, "renderer": self.renderers,
-            "cost model": self.cost_models, "command": self.commands}
+        tables = self.tables
         for (kind, _), group in groups.items():
             if kind in tables:
                 win = self._settle(group)
