@@ -18,6 +18,8 @@ import pytest
 
 pytest.importorskip("pyopencl")
 
+pytestmark = pytest.mark.opencl
+
 SCRIPT = textwrap.dedent('''
     import ctypes, mmap, sys
     import numpy as np

@@ -22,6 +22,8 @@ pytest.importorskip("pyopencl")
 import ncd.codegen.lower as lower
 from ncd_opencl.backend import OpenCLExecutable
 
+pytestmark = pytest.mark.opencl
+
 BIG = 2**31 + 5  # elements past int's range
 
 

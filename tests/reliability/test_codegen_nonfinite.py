@@ -22,6 +22,8 @@ pytest.importorskip("pyopencl")
 from ncd_opencl.backend import OpenCLExecutable
 from ncd_opencl.program import default_options
 
+pytestmark = pytest.mark.opencl
+
 INF, NAN = np.inf, np.nan
 #: 16 values (two float8 vectors) with every non-finite and overflowing case
 VALUES = np.array([0, -0.0, 1, -1, -100, 100, INF, -INF, NAN, 1e30, -1e30, 88.8, -88.8, 3, 0.5,
@@ -177,6 +179,7 @@ def test_fast_math_still_matches_on_finite_inputs() -> None:
     _check(model, [x], ["layernorm >> gelu"], fast_math=True)
 
 
+@pytest.mark.torch
 def test_torch_export_follows_the_masked_row_rule() -> None:
     """The torch export gives NaN for fully masked rows too (F.softmax: 0/0); its fused SDPA
     call is only used where every causal row sees a key (q and x of one size)."""

@@ -19,6 +19,8 @@ pytest.importorskip("pyopencl")
 
 from ncd_opencl.backend import OpenCLExecutable
 
+pytestmark = pytest.mark.opencl
+
 NORMS: dict[str, Callable[[Axis], ncd.Term]] = {
     "softmax": lambda x: ops.softmax(x),
     "layernorm": lambda x: ops.layernorm(x),

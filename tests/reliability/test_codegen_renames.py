@@ -24,6 +24,8 @@ pytest.importorskip("pyopencl")
 from ncd_opencl.backend import OpenCLExecutable
 from ncd_opencl.generate import generate
 
+pytestmark = pytest.mark.opencl
+
 #: compile options covering each generator path (``scalar`` turns the vector rows off)
 PATHS: dict[str, dict[str, Any]] = {
     "default": {},
