@@ -30,6 +30,11 @@ def _mb(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
+def _nbytes(graph: Graph, b: Any) -> int:
+    """Bytes of kernel buffer ``b`` (dense, over bound sizes)."""
+    return math.prod(int(graph.size(a) or 1) for a in b.axes) * np.dtype(_NP[b.ctype]).itemsize
+
+
 def check_fits(graph: Graph, gen: Any, device: Any) -> None:
     """Every buffer the kernels take (inputs, outputs, stored intermediates, parameters)
     within the device's largest allocation, and all of them within its memory: ``SizeError``
@@ -42,8 +47,7 @@ def check_fits(graph: Graph, gen: Any, device: Any) -> None:
         for b in k.buffers:
             ident = ("param", b.param) if b.param is not None else ("value", b.value)
             if ident not in sizes:
-                n = math.prod(int(graph.size(a) or 1) for a in b.axes)
-                sizes[ident] = (n * np.dtype(_NP[b.ctype]).itemsize, b)
+                sizes[ident] = (_nbytes(graph, b), b)
     limit, memory = int(device.max_mem_alloc_size), int(device.global_mem_size)
     fix = "Fix: bind smaller sizes for these axes, or run the work in smaller batches"
     for (kind, what), (nbytes, b) in sizes.items():
@@ -102,9 +106,7 @@ class Compiled:
         for k in self.gen.kernels:
             for b in k.buffers:
                 if b.value is not None and b.value not in self.values:
-                    nbytes = max(1, math.prod(int(graph.size(a) or 1) for a in b.axes)
-                                 ) * np.dtype(_NP[b.ctype]).itemsize
-                    self.values[b.value] = cl.Buffer(self.ctx, mf.READ_WRITE, nbytes)
+                    self.values[b.value] = cl.Buffer(self.ctx, mf.READ_WRITE, _nbytes(graph, b))
         # name -> (the caller's array, its buffer, the snapshot uploaded; None: read in place)
         self.params: dict[str, tuple[Any, Any, np.ndarray | None]] = {}
         # one kernel object per function: identical layers launch the same one (PoCL compiles

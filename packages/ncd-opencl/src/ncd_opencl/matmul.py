@@ -194,10 +194,9 @@ def _local_tiles(gen: KernelGen, xb: Any, wb: Any, m_axes: tuple[Axis, ...],
     w.line(f"{d.local} float ws[{tn}][{KL}];")
     w.line(f"const int lid = {d.lid(1)} * {WG_N} + {d.lid(0)};")
     it = gen.itype
-    w.line(f"const {it} row0 = ({it}){d.grp(1)} * {tm};" if gen.wide
-           else f"const int row0 = {d.grp(1)} * {tm};")
-    w.line(f"const {it} col0 = ({it}){d.grp(0)} * {tn};" if gen.wide
-           else f"const int col0 = {d.grp(0)} * {tn};")
+    cast = f"({it})" if gen.wide else ""  # the product at index width
+    w.line(f"const {it} row0 = {cast}{d.grp(1)} * {tm};")
+    w.line(f"const {it} col0 = {cast}{d.grp(0)} * {tn};")
     w.line(f"const int ly = {d.lid(1)} * {RM};")
     w.line(f"const int lx = {d.lid(0)} * {RN};")
     with w.block(f"for ({it} k0 = 0; k0 < {kdim}; k0 += {KL})"):
