@@ -11,13 +11,10 @@ import warnings
 from typing import Any
 
 import pytest
-import test_plugins_precedence as shared
-from test_plugins_precedence import Fakes, backend_source, load
+from plugin_fakes import Fakes, backend_source, load
 
 from ncd.cli import main
 from ncd.plugins import PluginWarning
-
-fakes = shared.fakes  # the fixture: fake plugin distributions on sys.path
 
 
 def command_source(name: str, *, configure: str = "p.add_argument('--n', type=int)",

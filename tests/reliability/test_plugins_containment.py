@@ -9,13 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-import test_plugins_precedence as shared
-from test_plugins_precedence import Fakes, attention, backend_source, inputs, load
+from plugin_fakes import Fakes, attention, backend_source, inputs, load
 
 import ncd
 from ncd.plugins import manager, registry, reset
-
-fakes = shared.fakes  # the fixture: fake plugin distributions on sys.path
 
 GOOD_AND_BAD = '''
     import sys

@@ -2,104 +2,17 @@
 by one rule (built-ins win; a third party replaces one only with ``override=True`` and the
 user's ``NCD_PLUGIN_PREFER``; between third parties nothing wins silently).
 
-Plugins here are real distributions: a module and a dist-info directory with an entry point,
-put on ``sys.path``, loaded by the same ``importlib.metadata`` scan as installed ones.
+Plugins here are real distributions (``plugin_fakes``), loaded by the same
+``importlib.metadata`` scan as installed ones.
 """
 
 from __future__ import annotations
 
-import itertools
-import sys
-import textwrap
-import warnings
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pytest
+from plugin_fakes import SEQ, Fakes, attention, backend_source, inputs, load
 
 import ncd
-from ncd.plugins import PluginWarning, registry, reset
-
-_SEQ = itertools.count()
-
-
-class Fakes:
-    """Writes fake plugin distributions into one folder on ``sys.path``."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.modules: list[str] = []
-
-    def add(self, dist: str, source: str, entry: str | None = None, version: str = "1.0") -> str:
-        module = f"fake_{dist.replace('-', '_')}_{next(_SEQ)}"
-        (self.root / f"{module}.py").write_text(textwrap.dedent(source))
-        info = self.root / f"{dist.replace('-', '_')}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-        (info / "entry_points.txt").write_text(f"[ncd]\n{entry or dist} = {module}\n")
-        self.modules.append(module)
-        return module
-
-
-@pytest.fixture
-def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fakes]:
-    monkeypatch.delenv("NCD_PLUGIN_PREFER", raising=False)
-    monkeypatch.delenv("NCD_DISABLE_PLUGINS", raising=False)
-    f = Fakes(tmp_path)
-    sys.path.insert(0, str(tmp_path))
-    reset()
-    try:
-        yield f
-    finally:
-        sys.path.remove(str(tmp_path))
-        for m in f.modules:
-            sys.modules.pop(m, None)
-        reset()
-
-
-def load(**settings: Any) -> tuple[Any, list[str]]:
-    """The registry, freshly loaded, and the plugin warnings it emitted."""
-    reset(**settings)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        reg = registry()
-    return reg, [str(w.message) for w in caught if issubclass(w.category, PluginWarning)]
-
-
-def backend_source(name: str, *, override: bool = False, scale: float = 2.0) -> str:
-    """A plugin whose backend ``name`` returns ``scale`` times the reference (so a hijack shows
-    in the numbers)."""
-    return f'''
-        from ncd.plugins import Backend, Executable, hookimpl
-
-        class Exe(Executable):
-            def __init__(self, model):
-                self.model = model
-            def __call__(self, *inputs, params=None):
-                import ncd
-                return {scale} * ncd.run(self.model, *inputs, params=params)
-
-        class Fake(Backend):
-            name = {name!r}
-            override = {override}
-            def compile(self, model, **options):
-                return Exe(model)
-
-        @hookimpl
-        def ncd_register_backends():
-            return [Fake()]
-    '''
-
-
-def attention(q: int, x: int) -> Any:
-    return ncd.nn.attention().bind(q=q, x=x, d=5, v=3)
-
-
-def inputs(q: int, x: int, seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s) for s in ((q, 5), (x, 5), (x, 3))]
 
 
 @pytest.mark.parametrize(("q", "x"), [(1, 1), (7, 13), (13, 301)])
@@ -270,7 +183,7 @@ NEW_OP = '''
 
 
 def test_lowerings_of_a_plugins_own_op_are_welcome_but_ties_refused(fakes: Fakes) -> None:
-    kind = f"test_rel_op_{next(_SEQ)}"
+    kind = f"test_rel_op_{next(SEQ)}"
     fakes.add("op-one", NEW_OP.format(n=1, kind=kind))
     reg, _ = load()
     assert kind in reg.lowerings_for("opencl") and not reg.collisions
