@@ -26,10 +26,6 @@ _INTERNAL = frozenset({
     "unary", "binary", "scalar", "einsum", "linear", "softmax", "l2norm", "layernorm",
     "rmsnorm", "causal_mask", "embedding", "dropout", "view", "learned", "reduce",
 })
-#: C and OpenCL C keywords among op kinds (``constant``): these get the class tag
-_KEYWORDS = frozenset({"constant", "global", "local", "private", "kernel", "float", "int",
-                       "half", "bool", "const", "restrict", "static", "inline"})
-assert not _INTERNAL & _KEYWORDS
 _INTERNAL_V = frozenset(f"{w}v" for w in _INTERNAL)  # vector accumulators (``sqv``)
 #: template names with an index: ``m0``, ``s0_1``, ``in3``, ``out2``, ``k0_softmax_linear``
 _NUMBERED = re.compile(r"(?:in|out|k|m|n|s|a|b|c)\d+(?:_[A-Za-z0-9]+)*")
