@@ -13,7 +13,8 @@ import attrs
 __all__ = ["C_MATH", "Dialect"]
 
 #: Portable math names -> the C spelling used by default (OpenCL C's overloaded builtins).
-#: ``fmax``/``fmin`` are the reference's (NumPy's maximum: a NaN operand gives NaN);
+#: ``fmax``/``fmin`` mean the reference's (NumPy's maximum: a NaN operand gives NaN), which C's
+#: ``fmax`` is not: a dialect spells them NaN-propagating (OpenCL's ``NCD_FMAX`` select);
 #: ``fmax_any``/``fmin_any`` may drop a NaN operand (a softmax's running maximum: a NaN score
 #: makes the row NaN through its exponential anyway), which compiles and runs cheaper.
 C_MATH: dict[str, str] = {
