@@ -7,7 +7,9 @@ keywords) cannot collide with generated identifiers."""
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,11 +18,14 @@ from hypothesis import strategies as st
 import ncd
 from ncd import nn, ops
 from ncd.axis import Axis
+from ncd.codegen import CODEGEN_RULES
+from ncd.op import Op, Signature
 
 pytest.importorskip("pyopencl")
 
 import ncd.codegen.lower as lower
 from ncd_opencl.backend import OpenCLExecutable
+from ncd_opencl.generate import generate
 
 pytestmark = pytest.mark.opencl
 
@@ -124,3 +129,34 @@ def test_hostile_names_build_and_match(a: str, b: str, c: str, block: str) -> No
     want = ncd.run(model, *xs, params=params)
     for x, y in zip(got, want, strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+
+
+def _doubling_op(kind_: str) -> type[Op]:
+    """A plugin's elementwise op of kind ``kind_`` (it doubles its input)."""
+
+    @attrs.frozen
+    class Doubling(Op):
+        kind: ClassVar[str] = kind_
+        category: ClassVar[str] = "elementwise"
+
+        def signature(self) -> Signature:
+            return ((),), ((),)
+
+    return Doubling
+
+
+@pytest.mark.parametrize("kind", ["nb", "mb", "a0", "b1", "c0_1"])
+def test_plugin_op_kinds_never_take_a_template_name(kind: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin op named like a variable the tiled matmul declares itself (``const int nb``,
+    the row pointer ``a0``, the accumulator ``c0_1``), in that kernel's epilogue: its value is
+    named behind the class tag (``t_nb``), so the kernel builds and matches."""
+    op = _doubling_op(kind)
+    monkeypatch.setitem(CODEGEN_RULES, op, lambda g, n, i: f"(2.0f * {g.load(n.inputs[0], i)})")
+    model = (ops.linear("d -> e") >> ops.prim(op())).over(_ax("s", 13)).bind(d=16, e=8)
+    assert [k.style for k in generate(model.graph).kernels] == ["tiled"]
+    same = (ops.linear("d -> e") >> ops.mul(2.0)).over(_ax("s", 13)).bind(d=16, e=8)
+    params = ncd.init(model, seed=0)
+    x = np.random.default_rng(0).standard_normal((13, 16)).astype(np.float32)
+    np.testing.assert_allclose(OpenCLExecutable(model)(x, params=params),
+                               ncd.run(same, x, params=params), rtol=1e-4, atol=1e-5)

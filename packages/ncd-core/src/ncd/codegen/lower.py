@@ -20,7 +20,7 @@ import attrs
 from ncd.axis import Axis
 from ncd.codegen.dialect import Dialect
 from ncd.codegen.layout import CTYPES, Buffer, Layouts, row_major
-from ncd.codegen.source import Writer, sanitize
+from ncd.codegen.source import Writer, kind_hint, sanitize
 from ncd.errors import ScheduleError
 from ncd.graph import Node
 from ncd.kernel import Kernel
@@ -258,7 +258,7 @@ class KernelGen:
         # a value depends only on its index: compute it in the outermost loop that fixes it
         with self.w.at_depth(self.w.depth_for(list(env.values()))):
             expr = rule(self, node, env)
-            name = self.let(expr, node.op.kind, ctype)  # kind, not value id: layers match
+            name = self.let(expr, kind_hint(node.op.kind), ctype)  # not value id: layers match
             self.w.remember(key, name)
         return name
 

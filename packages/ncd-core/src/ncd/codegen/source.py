@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["CLASS_TAGS", "Block", "Writer", "sanitize"]
+__all__ = ["CLASS_TAGS", "Block", "Writer", "kind_hint", "sanitize"]
 
 _BAD = re.compile(r"[^A-Za-z0-9_]")
 
@@ -18,14 +18,17 @@ _BAD = re.compile(r"[^A-Za-z0-9_]")
 #: (keywords, types, builtins, macros such as ``CL_VERSION_1_0``, ``FP_ILOGB``, ``M_PI``,
 #: ``INFINITY``) starts with one of them followed by ``_``.
 CLASS_TAGS = frozenset({"i", "i0", "w", "t", "n", "v", "k", "x"})
+#: Built-in op kinds that name the values they compute as they are (``float softmax = ...``).
+_OP_KINDS = frozenset({
+    "unary", "binary", "scalar", "einsum", "linear", "softmax", "l2norm", "layernorm",
+    "rmsnorm", "causal_mask", "embedding", "dropout", "view", "learned", "reduce", "scale",
+})
 #: Names the generator writes itself: template variables and the built-in op kinds.
 _INTERNAL = frozenset({
     "gid", "acc", "dot", "ss", "sc", "pv", "p", "mv", "m", "lim", "lane", "l", "inv", "e", "d",
     "mu", "rstd", "sq", "sum", "mx", "den", "red", "rn", "tok", "id", "mnew", "c", "scale", "val",
     "mb", "ps", "qv", "t", "i", "v", "x", "n", "k", "nb",
-    "unary", "binary", "scalar", "einsum", "linear", "softmax", "l2norm", "layernorm",
-    "rmsnorm", "causal_mask", "embedding", "dropout", "view", "learned", "reduce",
-})
+}) | _OP_KINDS
 _INTERNAL_V = frozenset(f"{w}v" for w in _INTERNAL)  # vector accumulators (``sqv``)
 #: template names with an index: ``m0``, ``s0_1``, ``in3``, ``out2``, ``k0_softmax_linear``
 _NUMBERED = re.compile(r"(?:in|out|k|m|n|s|a|b|c)\d+(?:_[A-Za-z0-9]+)*")
@@ -47,6 +50,13 @@ def sanitize(name: str, prefix: str = "n") -> str:
     if not trusted:
         out = f"{prefix}_{out}"
     return out[:48]
+
+
+def kind_hint(kind: str) -> str:
+    """The name hint for a value an op of ``kind`` computes: a built-in kind as it is, any other
+    (a plugin's) behind the class tag ``t_``, so it can never be one of the names templates
+    write without ``KernelGen.unique`` (the tiled matmul's ``nb``, ``a0``, ``c0_0``)."""
+    return kind if kind in _OP_KINDS else f"t_{kind}"
 
 
 class Block:
