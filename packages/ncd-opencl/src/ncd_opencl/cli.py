@@ -8,6 +8,9 @@ from typing import Any
 
 __all__ = ["configure", "demo_step", "run"]
 
+#: ``--fuse`` flag -> the ``fuse=`` option of ``generate``
+_FUSE: dict[str, bool | str] = {"ncd": True, "local": "local", "none": False}
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     from ncd.cli import add_model_arguments
@@ -16,15 +19,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="opencl", choices=["opencl"],
                    help="code generator (this command is provided by ncd-opencl)")
     p.add_argument("--emit", metavar="DIR", help="write kernel sources, plan.json and plan.txt")
-    p.add_argument("--fuse", default="ncd", choices=["ncd", "local", "none"],
+    p.add_argument("--fuse", default="ncd", choices=list(_FUSE),
                    help="planner: ncd.fuse (default), the local fallback, or one kernel per op")
-
-
-_FUSE: dict[str, bool | str] = {"ncd": True, "local": "local", "none": False}
-
-
-def _fuse(flag: str) -> bool | str:
-    return _FUSE[flag]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from ncd_opencl.inspect import describe, emit, plan_dict
 
     model = load_model(args.model, args.bind)
-    gen = generate(model.graph, fuse=_fuse(args.fuse))
+    gen = generate(model.graph, fuse=_FUSE[args.fuse])
     print(describe(plan_dict(gen)), end="")
     if args.emit:
         files = emit(gen, args.emit)
