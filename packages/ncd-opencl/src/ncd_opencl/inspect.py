@@ -65,14 +65,18 @@ def plan_dict(gen: Generated) -> dict[str, Any]:
 
 
 def perf_bytes(gen: Generated, machine: str = "cpu") -> dict[str, int]:
-    """Bytes per kernel at the first memory level as ncd-perf predicts them, when ncd-perf is
-    installed (an optional companion, never a dependency); ``{}`` otherwise."""
-    try:
-        import ncd_perf
+    """Bytes per kernel at the first memory level as the ``perf`` cost model predicts them, when
+    a plugin registers one (ncd-perf: an optional companion, asked through the plugin registry,
+    never imported); ``{}`` otherwise."""
+    from ncd.plugins import registry
 
-        priced = ncd_perf.cost(gen.graph, machine, plan=gen.plan)
+    reg = registry()
+    if "perf" not in reg.cost_models:
+        return {}
+    try:
+        priced = reg.cost_model("perf").cost(gen.graph, machine, plan=gen.plan)
         return {k.kernel.name: int(float(k.levels[0].bytes)) for k in priced.kernels if k.levels}
-    except Exception:
+    except Exception:  # a prediction is an annotation of the plan; never fail an emit for it
         return {}
 
 
