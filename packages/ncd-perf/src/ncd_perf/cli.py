@@ -111,7 +111,7 @@ def calibrated(text: str, res: dict[str, float], stamp: str) -> str:
             where = name.group(1)
         key = re.match(r"\s*(\w+)\s*=", line)
         hit = values.get((where, key.group(1))) if key else None
-        if hit is not None:
+        if key is not None and hit is not None:
             line = f"{key.group(1)} = {hit[0]:.4g}  # ncd calibrate {stamp}: {hit[1]}"
         out.append(line)
     return "\n".join(out) + "\n"

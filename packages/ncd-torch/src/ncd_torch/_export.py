@@ -198,9 +198,9 @@ class _Builder:
         results = [em.env[v] for v in outs]
         em.fx.output(results[0] if len(results) == 1 else tuple(results))
         module = fx.GraphModule(holder, em.fx, class_name=_class_name(g.scopes[scope].name))
-        for name, child in holder.named_children():  # blocks the code never calls
+        for name, block in holder.named_children():  # blocks the code never calls
             if not hasattr(module, name):
-                module.add_module(name, child)
+                module.add_module(name, block)
         return module
 
     def _fused(self, scope: int, run: list[int], ins: list[int], outs: list[int]) -> Any:
