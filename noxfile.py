@@ -10,11 +10,24 @@ import nox
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["lint", "typecheck", "minimal", "core", "torch", "diagram", "perf",
-                        "opencl", "cuda", "integration", "reliability", "fuzz"]
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "minimal",
+    "core",
+    "torch",
+    "diagram",
+    "perf",
+    "opencl",
+    "cuda",
+    "integration",
+    "reliability",
+    "fuzz",
+]
 
 TORCH = "torch==2.13.0"
 OPENCL = "pyopencl[pocl]"
+RUFF = "ruff==0.17.6"
 TEST = ["pytest>=8", "hypothesis>=6.90", "pytest-xdist"]
 CORE = "./packages/ncd-core"
 PLUGINS = ("torch", "opencl", "cuda", "diagram", "perf")
@@ -26,9 +39,11 @@ def _pytest(session: nox.Session, *paths: str) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over every package, the tests, benchmarks and examples."""
-    session.install("ruff")
-    session.run("ruff", "check", "packages", "tests", "benchmarks", "examples", "noxfile.py")
+    """ruff (lint, 100 columns, and format) over every package, the tests, benchmarks, examples."""
+    session.install(RUFF)  # pinned: a newer formatter may format differently
+    paths = ("packages", "tests", "benchmarks", "examples", "noxfile.py")
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
 
 
 @nox.session
@@ -90,7 +105,9 @@ def cuda(session: nox.Session) -> None:
 def integration(session: nox.Session) -> None:
     """Every package together, the example third-party backend, and the demo."""
     session.install(*TEST, TORCH, OPENCL)
-    session.install(CORE, *(f"./packages/ncd-{p}" for p in PLUGINS), "./examples/ncd-example-backend")
+    session.install(
+        CORE, *(f"./packages/ncd-{p}" for p in PLUGINS), "./examples/ncd-example-backend"
+    )
     _pytest(session, "tests/integration")
     session.run("ncd", "demo", "--out", f"{session.create_tmp()}/demo")
 
@@ -100,7 +117,9 @@ def reliability(session: nox.Session) -> None:
     """Regression tests of docs/reliability.md's promises: every package and the example
     third-party backend together."""
     session.install(*TEST, TORCH, OPENCL)
-    session.install(CORE, *(f"./packages/ncd-{p}" for p in PLUGINS), "./examples/ncd-example-backend")
+    session.install(
+        CORE, *(f"./packages/ncd-{p}" for p in PLUGINS), "./examples/ncd-example-backend"
+    )
     _pytest(session, "tests/reliability")
 
 

@@ -11,7 +11,10 @@ import ncd
 
 
 def main() -> None:
-    print(f"{'layers':>6} {'nodes':>6} {'build+lower s':>14} {'bind s':>8} {'verify s':>9} {'json s':>8} {'per layer ms':>13}")
+    print(
+        f"{'layers':>6} {'nodes':>6} {'build+lower s':>14} {'bind s':>8} {'verify s':>9} "
+        f"{'json s':>8} {'per layer ms':>13}"
+    )
     for layers in (6, 12, 24, 48):
         t0 = time.perf_counter()
         gpt = ncd.nn.gpt(layers=layers)
@@ -23,8 +26,10 @@ def main() -> None:
         t3 = time.perf_counter()
         ncd.from_json(ncd.to_json(bound))
         t4 = time.perf_counter()
-        print(f"{layers:>6} {len(graph.nodes):>6} {t1 - t0:>14.3f} {t2 - t1:>8.3f} {t3 - t2:>9.3f} "
-              f"{t4 - t3:>8.3f} {1e3 * (t1 - t0) / layers:>13.1f}")
+        print(
+            f"{layers:>6} {len(graph.nodes):>6} {t1 - t0:>14.3f} {t2 - t1:>8.3f} {t3 - t2:>9.3f} "
+            f"{t4 - t3:>8.3f} {1e3 * (t1 - t0) / layers:>13.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ Peers: NumPy (the reference interpreter's ops, vectorised by NumPy/OpenBLAS), to
 torch.compile of the *same* model exported by ncd-torch (same parameters), with torch.compile's
 first call (its compile time) shown separately. "ncd out=" writes into the same output arrays
 on every call (no fresh allocation: no page faults of a new output). ncd's first call includes
-planning, code generation and the OpenCL build. Both start cold (fresh program, PoCL and inductor caches)
-unless --warm; within one run, workloads whose kernels were already built (deeper transformers
-share their layers' kernels with shallower ones) hit ncd's in-memory program cache. The last
+planning, code generation and the OpenCL build. Both start cold (fresh program, PoCL and
+inductor caches) unless --warm; within one run, workloads whose kernels were already built
+(deeper transformers share their layers' kernels with shallower ones) hit ncd's in-memory
+program cache. The last
 two ratio columns divide ncd by torch.compile: steady forward, and the seeds' measure (first
 call + 10 forwards).
 tinygrad runs from its own virtual environment: benchmarks/tinygrad_peer.py prints the same
@@ -54,37 +55,78 @@ def workloads(quick: bool) -> list[tuple[str, Any, Callable[[Any], list[np.ndarr
 
     out: list[tuple[str, Any, Callable[[Any], list[np.ndarray]]]] = []
     r, c = 4096 // s, 4096 // s
-    out.append((f"softmax {r}x{c}", ops.softmax(ncd.Axis("x", size=c)).over(ncd.Axis("r", size=r)),
-                lambda m, r=r, c=c: [normal(r, c)]))
+    out.append(
+        (
+            f"softmax {r}x{c}",
+            ops.softmax(ncd.Axis("x", size=c)).over(ncd.Axis("r", size=r)),
+            lambda m, r=r, c=c: [normal(r, c)],
+        )
+    )
     r, d = 8192 // s, 1024 // s
-    out.append((f"layernorm {r}x{d}", ops.layernorm(ncd.Axis("d", size=d)).over(ncd.Axis("r", size=r)),
-                lambda m, r=r, d=d: [normal(r, d)]))
+    out.append(
+        (
+            f"layernorm {r}x{d}",
+            ops.layernorm(ncd.Axis("d", size=d)).over(ncd.Axis("r", size=r)),
+            lambda m, r=r, d=d: [normal(r, d)],
+        )
+    )
     n, d, f = 2048 // s, 1024 // s, 4096 // s
-    out.append((f"MLP {n}x{d}->{f}->{d} gelu", nn.mlp().over("s").bind(s=n, d_model=d, d_ff=f),
-                lambda m, n=n, d=d: [normal(n, d)]))
-    for seq in ((512, 1024, 2048) if not quick else (128,)):
+    out.append(
+        (
+            f"MLP {n}x{d}->{f}->{d} gelu",
+            nn.mlp().over("s").bind(s=n, d_model=d, d_ff=f),
+            lambda m, n=n, d=d: [normal(n, d)],
+        )
+    )
+    for seq in (512, 1024, 2048) if not quick else (128,):
         att = nn.attention().over("h").bind(h=8, q=seq, x=seq, d=64, v=64)
-        out.append((f"attention 8x{seq}x64", att,
-                    lambda m, seq=seq: [normal(8, seq, 64), normal(8, seq, 64), normal(8, seq, 64)]))
+        out.append(
+            (
+                f"attention 8x{seq}x64",
+                att,
+                lambda m, seq=seq: [normal(8, seq, 64), normal(8, seq, 64), normal(8, seq, 64)],
+            )
+        )
     seq, batch = (512, 4) if not quick else (64, 2)
     dm, ff = (512, 2048) if not quick else (128, 512)
     for layers in (1, 2, 3, 4):
         ax = {n: ncd.Axis(n) for n in ("seq", "d_model", "heads", "d_head", "d_ff", "seq_k")}
-        blocks = [nn.transformer_block(ax["seq"], ax["d_model"], ax["heads"], ax["d_head"],
-                                       ax["d_ff"], seq_k=ax["seq_k"], label=f"blocks.{i}")
-                  for i in range(layers)]
+        blocks = [
+            nn.transformer_block(
+                ax["seq"],
+                ax["d_model"],
+                ax["heads"],
+                ax["d_head"],
+                ax["d_ff"],
+                seq_k=ax["seq_k"],
+                label=f"blocks.{i}",
+            )
+            for i in range(layers)
+        ]
         model = blocks[0]
         for b in blocks[1:]:
             model = model >> b
-        model = model.over("batch").bind(batch=batch, seq=seq, d_model=dm, heads=8,
-                                         d_head=dm // 8, d_ff=ff)
-        out.append((f"transformer x{layers} b{batch} s{seq} d{dm}", model,
-                    lambda m, seq=seq, batch=batch, dm=dm: [normal(batch, seq, dm)]))
+        model = model.over("batch").bind(
+            batch=batch, seq=seq, d_model=dm, heads=8, d_head=dm // 8, d_ff=ff
+        )
+        out.append(
+            (
+                f"transformer x{layers} b{batch} s{seq} d{dm}",
+                model,
+                lambda m, seq=seq, batch=batch, dm=dm: [normal(batch, seq, dm)],
+            )
+        )
     return out
 
 
-def bench(name: str, model: Any, make: Callable[[Any], list[np.ndarray]], reps: int,
-          peers: bool, unfused: bool = False) -> dict[str, Any]:
+def bench(
+    name: str,
+    model: Any,
+    make: Callable[[Any], list[np.ndarray]],
+    reps: int,
+    peers: bool,
+    unfused: bool = False,
+) -> dict[str, Any]:
     xs = make(model)
     params = ncd.init(model, seed=0)
     row: dict[str, Any] = {"workload": name}
@@ -124,14 +166,26 @@ def bench(name: str, model: Any, make: Callable[[Any], list[np.ndarray]], reps: 
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    cols = ["workload", "kernels", "ncd", "ncd out=", "ncd first", "ncd unfused", "numpy",
-            "torch eager", "torch.compile", "torch.compile first", "ncd/tc",
-            "10 fwd+compile ncd/tc", "max err"]
+    cols = [
+        "workload",
+        "kernels",
+        "ncd",
+        "ncd out=",
+        "ncd first",
+        "ncd unfused",
+        "numpy",
+        "torch eager",
+        "torch.compile",
+        "torch.compile first",
+        "ncd/tc",
+        "10 fwd+compile ncd/tc",
+        "max err",
+    ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         tc, tcf = r.get("torch.compile"), r.get("torch.compile first")
         ratio = f"{r['ncd'] / tc:.2f}" if tc else "-"
-        e2e = (f"{(r['ncd first'] + 10 * r['ncd']) / (tcf + 10 * tc):.2f}" if tc and tcf else "-")
+        e2e = f"{(r['ncd first'] + 10 * r['ncd']) / (tcf + 10 * tc):.2f}" if tc and tcf else "-"
 
         def ms(k: str) -> str:
             v = r.get(k)

@@ -38,11 +38,20 @@ def main() -> None:
     print(f"{'total':<28} {time.perf_counter() - t0:>8.2f}")
     print()
     base = rows[0][1]
-    print(f"{'machine':<8} {'predicted':>11} {'vs h100':>8} {'HBM/DRAM traffic':>17}  slowest kernel (bottleneck)")
+    print(
+        f"{'machine':<8} {'predicted':>11} {'vs h100':>8} {'HBM/DRAM traffic':>17}  "
+        "slowest kernel (bottleneck)"
+    )
     for name, t, moved, kname, bott in rows:
-        print(f"{name:<8} {t * 1e3:>9.1f}ms {t / base:>7.2f}x {moved / 1e9:>15.1f}GB  {kname} ({bott})")
+        print(
+            f"{name:<8} {t * 1e3:>9.1f}ms {t / base:>7.2f}x {moved / 1e9:>15.1f}GB  "
+            f"{kname} ({bott})"
+        )
     bf16 = ncd_perf.cost(graph, "h100", plan=plan, dtype="bfloat16")
-    print(f"\nbfloat16 on h100: {bf16.time * 1e3:.1f} ms ({base / bf16.time:.2f}x faster than float32)")
+    print(
+        f"\nbfloat16 on h100: {bf16.time * 1e3:.1f} ms "
+        f"({base / bf16.time:.2f}x faster than float32)"
+    )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,10 @@ def main() -> None:
         def __call__(self, x: Tensor) -> Tensor:
             b, s, d = x.shape
             h = self.ln1(x)
-            q, k, v = (f(h).reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
-                       for f in (self.q, self.k, self.v))
+            q, k, v = (
+                f(h).reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+                for f in (self.q, self.k, self.v)
+            )
             a = q.scaled_dot_product_attention(k, v, is_causal=True)
             x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
             return x + self.proj(self.fc(self.ln2(x)).gelu())
@@ -76,10 +78,12 @@ def main() -> None:
     n = args.reps + 2
     work = [
         ("softmax 4096x4096", [normal(4096, 4096) for _ in range(n)], lambda x: x.softmax(-1)),
-        ("layernorm 8192x1024", [normal(8192, 1024) for _ in range(n)],
-         lambda x: x.layernorm(-1)),
-        ("attention 8x2048x64", [normal(8, 2048, 64) for _ in range(n)],
-         lambda x: x.scaled_dot_product_attention(x * 0.5, x * 0.25)),
+        ("layernorm 8192x1024", [normal(8192, 1024) for _ in range(n)], lambda x: x.layernorm(-1)),
+        (
+            "attention 8x2048x64",
+            [normal(8, 2048, 64) for _ in range(n)],
+            lambda x: x.scaled_dot_product_attention(x * 0.5, x * 0.25),
+        ),
     ]
     block = Block(512, 8, 2048)
     work.append(("transformer x1 b4 s512 d512", [normal(4, 512, 512) for _ in range(n)], block))

@@ -33,7 +33,9 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         T = x.shape[0]
-        q, k, v = (f(x).view(T, self.heads, self.d_head).transpose(0, 1) for f in (self.q, self.k, self.v))
+        q, k, v = (
+            f(x).view(T, self.heads, self.d_head).transpose(0, 1) for f in (self.q, self.k, self.v)
+        )
         if self.sdpa:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -56,12 +58,23 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, layers: int, seq: int, d_model: int, heads: int, d_head: int, d_ff: int,
-                 vocab: int, sdpa: bool) -> None:
+    def __init__(
+        self,
+        layers: int,
+        seq: int,
+        d_model: int,
+        heads: int,
+        d_head: int,
+        d_ff: int,
+        vocab: int,
+        sdpa: bool,
+    ) -> None:
         super().__init__()
         self.wte = nn.Embedding(vocab, d_model)
         self.wpe = nn.Parameter(torch.zeros(seq, d_model))
-        self.blocks = nn.ModuleList(Block(d_model, heads, d_head, d_ff, sdpa) for _ in range(layers))
+        self.blocks = nn.ModuleList(
+            Block(d_model, heads, d_head, d_ff, sdpa) for _ in range(layers)
+        )
         self.ln_f = nn.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab, bias=False)
 
@@ -109,7 +122,9 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     d_head = a.d_model // a.heads
-    sizes = dict(seq=a.seq, d_model=a.d_model, heads=a.heads, d_head=d_head, d_ff=a.d_ff, vocab=a.vocab)
+    sizes = dict(
+        seq=a.seq, d_model=a.d_model, heads=a.heads, d_head=d_head, d_ff=a.d_ff, vocab=a.vocab
+    )
     model = ncd.nn.gpt(layers=a.layers).bind(**sizes)
     params = ncd.init(model, seed=0)
     exported = to_module(model)
@@ -127,8 +142,10 @@ def main() -> None:
             assert diff < 1e-3, f"{name} disagrees with the export: {diff:.2e}"
     names = ["ncd_torch.to_module", *peers]
     modules = [exported, *peers.values()]
-    print(f"GPT {a.layers} layers, {sizes}, {a.threads} thread(s); {a.repeat} rounds, each "
-          "running every module once in rotating order; medians (cpu: this thread's CPU time)")
+    print(
+        f"GPT {a.layers} layers, {sizes}, {a.threads} thread(s); {a.repeat} rounds, each "
+        "running every module once in rotating order; medians (cpu: this thread's CPU time)"
+    )
     cpu: dict[str, list[float]] = {n: [] for n in names}
     wall: dict[str, list[float]] = {n: [] for n in names}
     with torch.no_grad():
@@ -144,8 +161,11 @@ def main() -> None:
     ours = cpu[names[0]]
     for n in names:
         ratio = statistics.median(o / t for o, t in zip(ours, cpu[n], strict=True))
-        print(f"{n:28} {statistics.median(cpu[n]):8.2f} {statistics.median(wall[n]):9.2f} "
-              f"{ratio:28.3f}")
+        print(
+            f"{n:28} {statistics.median(cpu[n]):8.2f} {statistics.median(wall[n]):9.2f} "
+            f"{ratio:28.3f}"
+        )
+
 
 if __name__ == "__main__":
     main()

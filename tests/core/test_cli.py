@@ -19,8 +19,12 @@ def test_explain_and_config_of_a_builtin():
 
 def test_json_of_a_user_model(tmp_path):
     (tmp_path / "mymodel.py").write_text("from ncd import nn\nmodel = nn.mlp()\n")
-    r = subprocess.run([sys.executable, "-m", "ncd.cli", "json", "mymodel:model"], capture_output=True,
-                       text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "ncd.cli", "json", "mymodel:model"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0 and '"ncd-graph"' in r.stdout
 
 

@@ -13,9 +13,15 @@ from ncd.codegen.source import Writer
 from ncd.kernel import unfused
 from ncd.op import Op, Signature, register_op
 
-CUDA_LIKE = Dialect(name="cuda", kernel='extern "C" __global__ void', global_="", local="__shared__",
-                    barrier="__syncthreads();", global_id="(int)(blockIdx.x * blockDim.x + threadIdx.x)",
-                    math={"exp": "expf", "fmax": "fmaxf", "rsqrt": "rsqrtf"})
+CUDA_LIKE = Dialect(
+    name="cuda",
+    kernel='extern "C" __global__ void',
+    global_="",
+    local="__shared__",
+    barrier="__syncthreads();",
+    global_id="(int)(blockIdx.x * blockDim.x + threadIdx.x)",
+    math={"exp": "expf", "fmax": "fmaxf", "rsqrt": "rsqrtf"},
+)
 
 
 def test_sanitize_makes_safe_identifiers() -> None:
@@ -27,8 +33,20 @@ def test_sanitize_makes_safe_identifiers() -> None:
     assert sanitize("") == "n"
     # predefined macros, builtins, types and keywords go behind a class tag (issue 10)
     assert sanitize("constant", "t") == "t_constant"  # an op kind that is an OpenCL keyword
-    for word in ("global", "local", "private", "kernel", "float", "int", "half", "bool", "const",
-                 "restrict", "static", "inline"):  # no keyword is one of the generator's words
+    for word in (
+        "global",
+        "local",
+        "private",
+        "kernel",
+        "float",
+        "int",
+        "half",
+        "bool",
+        "const",
+        "restrict",
+        "static",
+        "inline",
+    ):  # no keyword is one of the generator's words
         assert sanitize(word, "t") == f"t_{word}"
     for name in ("CL_VERSION_1_0", "FP_ILOGB", "M_PI", "INFINITY", "get_global_id", "float8"):
         assert sanitize(name, "i") == f"i_{name}"

@@ -22,7 +22,9 @@ def test_size_conflicts_are_reported_together():
     a = ncd.Axis("a", size=3)
     b = ncd.Axis("b", size=4)
     c = ncd.Axis("c", size=5)
-    model = ncd.identity([a], [a]) >> (ops.rename(a, ncd.Axis("b2", size=4)) @ ops.rename(a, ncd.Axis("c2", size=5)))
+    model = ncd.identity([a], [a]) >> (
+        ops.rename(a, ncd.Axis("b2", size=4)) @ ops.rename(a, ncd.Axis("c2", size=5))
+    )
     with pytest.raises(ncd.SizeError) as e:
         model.graph
     assert "2 size conflict" in str(e.value)

@@ -26,8 +26,16 @@ def _check_plan(plan: ncd.FusionPlan) -> None:
         assert b.reason and b.consumers
 
 
-@pytest.mark.parametrize("model", [ATT, nn.attention(causal=True), nn.attention(scale=True),
-                                   nn.spherical_attention(), nn.spherical_attention(causal=True)])
+@pytest.mark.parametrize(
+    "model",
+    [
+        ATT,
+        nn.attention(causal=True),
+        nn.attention(scale=True),
+        nn.spherical_attention(),
+        nn.spherical_attention(causal=True),
+    ],
+)
 def test_attention_fuses_into_one_kernel_streaming_the_key_axis(model: ncd.Term) -> None:
     plan = ncd.fuse(model)
     _check_plan(plan)
@@ -80,6 +88,7 @@ def test_softmax_read_twice_keeps_a_boundary_with_its_reason() -> None:
 
 # -- nn.moe ----------------------------------------------------------------------------------
 
+
 def _moe_by_hand(x: np.ndarray, p: dict[str, np.ndarray], k: int) -> np.ndarray:
     scores = x @ p["router.weight"].T
     out = np.zeros_like(x)
@@ -98,8 +107,10 @@ def _moe_by_hand(x: np.ndarray, p: dict[str, np.ndarray], k: int) -> np.ndarray:
 def test_moe_reference_matches_a_per_token_loop(seq: int, experts: int, k: int) -> None:
     m = nn.moe(experts=experts, k=k).bind(seq=seq, d_model=6, d_ff=7)
     params = ncd.init(m, seed=1)
-    params = {n: a + 0.1 * np.random.default_rng(2).standard_normal(a.shape).astype(a.dtype)
-              for n, a in params.items()}
+    params = {
+        n: a + 0.1 * np.random.default_rng(2).standard_normal(a.shape).astype(a.dtype)
+        for n, a in params.items()
+    }
     x = np.random.default_rng(0).standard_normal((seq, 6)).astype(np.float32)
     y = ncd.run(m, x, params=params)
     np.testing.assert_allclose(y, _moe_by_hand(x, params, k), rtol=2e-4, atol=2e-5)

@@ -39,7 +39,9 @@ def test_spherical_attention_accumulates_l2() -> None:
 
 def test_streaming_a_normaliser_output_out_of_the_kernel_is_refused() -> None:
     m = ops.einsum("q d, x d -> q x") >> ops.softmax("x")
-    with pytest.raises(ncd.ScheduleError, match=r"needs all of x#\w+.*stream x#\w+ into a contraction"):
+    with pytest.raises(
+        ncd.ScheduleError, match=r"needs all of x#\w+.*stream x#\w+ into a contraction"
+    ):
         _attention_kernel(m, [Partition(_axis(m, "x"), "stream", 8)])
 
 
@@ -50,8 +52,12 @@ def test_streaming_through_layernorm_is_refused_naming_op_and_fix() -> None:
 
 
 def test_non_homogeneous_map_between_normaliser_and_contraction_is_refused() -> None:
-    m = (ops.einsum("q d, x d -> q x") >> ops.softmax("x") >> ops.exp()
-         >> ops.einsum("q x, x v -> q v"))
+    m = (
+        ops.einsum("q d, x d -> q x")
+        >> ops.softmax("x")
+        >> ops.exp()
+        >> ops.einsum("q x, x v -> q v")
+    )
     with pytest.raises(ncd.ScheduleError, match="does not commute"):
         _attention_kernel(m, [Partition(_axis(m, "x"), "stream", 4)])
 

@@ -12,22 +12,33 @@ from ncd import nn, ops
 from ncd.reference import REFERENCE_RULES, Context, _arrange
 
 
-def _node_eval(graph: ncd.Graph, i: int, env: dict[int, np.ndarray],
-               params: dict[str, np.ndarray],
-               window: tuple[ncd.Axis, int, int] | None = None) -> list[np.ndarray]:
+def _node_eval(
+    graph: ncd.Graph,
+    i: int,
+    env: dict[int, np.ndarray],
+    params: dict[str, np.ndarray],
+    window: tuple[ncd.Axis, int, int] | None = None,
+) -> list[np.ndarray]:
     node = graph.nodes[i]
-    xs = [_arrange(env[v], graph.values[v].axes, node.loop, core)
-          for v, core in zip(node.inputs, node.core_in, strict=True)]
+    xs = [
+        _arrange(env[v], graph.values[v].axes, node.loop, core)
+        for v, core in zip(node.inputs, node.core_in, strict=True)
+    ]
     ps = {p.name: params[name] for name, p in node.params()}
     if window is not None:  # parameters carrying the streamed axis are read chunk by chunk
         s, lo, hi = window
-        ps = {p.name: np.take(ps[p.name], range(lo, hi), axis=p.axes.index(s))
-              if s in p.axes else ps[p.name] for _, p in node.params()}
+        ps = {
+            p.name: np.take(ps[p.name], range(lo, hi), axis=p.axes.index(s))
+            if s in p.axes
+            else ps[p.name]
+            for _, p in node.params()
+        }
     return REFERENCE_RULES[type(node.op)](node.op, xs, ps, Context(graph))
 
 
-def _chunked(model: ncd.Term, inputs: list[np.ndarray], params: dict[str, np.ndarray],
-             chunk: int) -> np.ndarray:
+def _chunked(
+    model: ncd.Term, inputs: list[np.ndarray], params: dict[str, np.ndarray], chunk: int
+) -> np.ndarray:
     graph = model.graph
     (kernel,) = ncd.fuse(graph).kernels
     (s,) = kernel.streamed
@@ -35,10 +46,10 @@ def _chunked(model: ncd.Term, inputs: list[np.ndarray], params: dict[str, np.nda
     n = graph.size(s)
     assert n is not None
     full: dict[int, np.ndarray] = dict(zip(graph.inputs, inputs, strict=True))
-    acc: dict[int, np.ndarray] = {}      # contraction/sum accumulators by output value
-    stat: dict[int, np.ndarray] = {}     # normaliser state: running max (softmax) / sum sq (l2)
-    norm: dict[int, np.ndarray] = {}     # running softmax sum per normaliser output
-    source: dict[int, int] = {}          # value -> normaliser value its pending division is from
+    acc: dict[int, np.ndarray] = {}  # contraction/sum accumulators by output value
+    stat: dict[int, np.ndarray] = {}  # normaliser state: running max (softmax) / sum sq (l2)
+    norm: dict[int, np.ndarray] = {}  # running softmax sum per normaliser output
+    source: dict[int, int] = {}  # value -> normaliser value its pending division is from
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
         env = {}
@@ -52,8 +63,12 @@ def _chunked(model: ncd.Term, inputs: list[np.ndarray], params: dict[str, np.nda
                 continue
             ax = -1
             if kind == "online_softmax" and node.op.category == "normaliser":
-                x = _arrange(env[node.inputs[0]], graph.values[node.inputs[0]].axes, node.loop,
-                             node.core_in[0])
+                x = _arrange(
+                    env[node.inputs[0]],
+                    graph.values[node.inputs[0]].axes,
+                    node.loop,
+                    node.core_in[0],
+                )
                 m_new = np.maximum(stat.get(out, -np.inf), x.max(axis=ax, keepdims=True))
                 scale = np.exp(stat.get(out, -np.inf) - m_new)
                 e = np.exp(x - m_new)
@@ -64,8 +79,12 @@ def _chunked(model: ncd.Term, inputs: list[np.ndarray], params: dict[str, np.nda
                 stat[out] = m_new
                 env[out], source[out] = e, out
             elif kind == "l2" and node.op.category == "normaliser":
-                x = _arrange(env[node.inputs[0]], graph.values[node.inputs[0]].axes, node.loop,
-                             node.core_in[0])
+                x = _arrange(
+                    env[node.inputs[0]],
+                    graph.values[node.inputs[0]].axes,
+                    node.loop,
+                    node.core_in[0],
+                )
                 stat[out] = stat.get(out, 0.0) + (x * x).sum(axis=ax, keepdims=True)
                 env[out], source[out] = x, out
             elif kind in ("online_softmax", "l2", "sum"):
@@ -102,8 +121,11 @@ ATT = ops.einsum("q d, x d -> q x") >> ops.softmax("x") >> ops.einsum("q x, x v 
 
 
 @pytest.mark.parametrize("chunk", [1, 4, 7, 13])
-@pytest.mark.parametrize("model", [ATT, nn.spherical_attention(), nn.attention(scale=True)],
-                         ids=["one-line", "spherical", "scaled"])
+@pytest.mark.parametrize(
+    "model",
+    [ATT, nn.spherical_attention(), nn.attention(scale=True)],
+    ids=["one-line", "spherical", "scaled"],
+)
 def test_streamed_attention_matches_reference(model: ncd.Term, chunk: int) -> None:
     bound = model.bind(q=7, x=13, d=5, v=3)
     rng = np.random.default_rng(chunk)
@@ -120,5 +142,6 @@ def test_streamed_mlp_sums_over_d_ff(chunk: int) -> None:
     x = np.random.default_rng(0).standard_normal((7, 6))
     (kernel,) = ncd.fuse(mlp).kernels
     assert [a.name for a in kernel.streamed] == ["d_ff"]
-    np.testing.assert_allclose(_chunked(mlp, [x], params, chunk), ncd.run(mlp, x, params=params),
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        _chunked(mlp, [x], params, chunk), ncd.run(mlp, x, params=params), rtol=1e-10, atol=1e-12
+    )

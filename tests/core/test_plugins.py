@@ -27,7 +27,9 @@ def test_reference_backend_is_builtin(fresh_registry):
 
 
 def test_missing_target_says_what_is_installed_and_who_provides_it(fresh_registry):
-    with pytest.raises(ncd.TargetNotFoundError, match=r"'nope' is installed \(installed: .*reference"):
+    with pytest.raises(
+        ncd.TargetNotFoundError, match=r"'nope' is installed \(installed: .*reference"
+    ):
         ncd.compile(ncd.nn.mlp(), "nope")
     os.environ["NCD_DISABLE_PLUGINS"] = "torch"
     try:
@@ -64,7 +66,7 @@ def test_broken_plugin_warns_and_others_work(fresh_registry, tmp_path):
 
 
 def test_plugin_registers_an_op_with_reference_semantics(fresh_registry, tmp_path):
-    src = '''
+    src = """
         from typing import ClassVar
         import attrs
         from ncd.plugins import hookimpl, OpDefinition
@@ -83,7 +85,7 @@ def test_plugin_registers_an_op_with_reference_semantics(fresh_registry, tmp_pat
         @hookimpl
         def ncd_register_ops():
             return [OpDefinition(Cube, rule)]
-    '''
+    """
     path = _fake_distribution(tmp_path, "cube", src)
     sys.path.insert(0, path)
     try:

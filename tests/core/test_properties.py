@@ -35,7 +35,9 @@ def build(spec):
     terms = [_op(kind) for kind, _ in spec]
     algebra = ncd.identity([r, c])
     for term, (_, residual) in zip(terms, spec):
-        algebra = algebra >> (ncd.copy() >> (term @ ncd.identity(1)) >> ops.add() if residual else term)
+        algebra = algebra >> (
+            ncd.copy() >> (term @ ncd.identity(1)) >> ops.add() if residual else term
+        )
 
     @ncd.trace(inputs=[[r, c]])
     def traced(x):
@@ -72,9 +74,20 @@ def test_over_equals_running_per_index(spec, n, seed):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(["a b, b c -> a c", "a b, c b -> a c", "a, b -> a b", "a b c, c -> a b",
-                        "a b -> b a", "a b, a b -> a"]),
-       st.integers(1, 3), st.integers(0, 2**31 - 1))
+@given(
+    st.sampled_from(
+        [
+            "a b, b c -> a c",
+            "a b, c b -> a c",
+            "a, b -> a b",
+            "a b c, c -> a b",
+            "a b -> b a",
+            "a b, a b -> a",
+        ]
+    ),
+    st.integers(1, 3),
+    st.integers(0, 2**31 - 1),
+)
 def test_lifted_einsum_is_vmap(spec, n, seed):
     f = ops.einsum(spec, a=2, b=3, c=4)
     lifted = f.over("h").bind(h=n)

@@ -50,14 +50,21 @@ def test_gpt_matches_numpy_forward():
     tok = np.array([1, 4, 0, 10, 3])
     x = p["wte.weight"][tok] + p["wpe.weight"]
     h = layernorm(x, p["blocks.0.ln_1.weight"], p["blocks.0.ln_1.bias"])
-    heads = {n: np.einsum("sm,hdm->hsd", h, p[f"blocks.0.attn.{n}.weight"]) + p[f"blocks.0.attn.{n}.bias"][:, None]
-             for n in "qkv"}
+    heads = {
+        n: np.einsum("sm,hdm->hsd", h, p[f"blocks.0.attn.{n}.weight"])
+        + p[f"blocks.0.attn.{n}.bias"][:, None]
+        for n in "qkv"
+    }
     s = heads["q"] @ heads["k"].transpose(0, 2, 1) / 2.0
     s = np.where(np.tril(np.ones((5, 5), bool)), s, -np.inf)
-    o = np.einsum("hsd,mhd->sm", softmax(s) @ heads["v"], p["blocks.0.attn.o.weight"]) + p["blocks.0.attn.o.bias"]
+    o = (
+        np.einsum("hsd,mhd->sm", softmax(s) @ heads["v"], p["blocks.0.attn.o.weight"])
+        + p["blocks.0.attn.o.bias"]
+    )
     x = x + o
     h = layernorm(x, p["blocks.0.ln_2.weight"], p["blocks.0.ln_2.bias"])
     from math import erf
+
     f = h @ p["blocks.0.mlp.fc.weight"].T + p["blocks.0.mlp.fc.bias"]
     f = 0.5 * f * (1 + np.vectorize(erf)(f / np.sqrt(2)))
     x = x + f @ p["blocks.0.mlp.proj.weight"].T + p["blocks.0.mlp.proj.bias"]

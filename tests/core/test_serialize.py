@@ -96,8 +96,16 @@ def test_random_corruption_only_ever_raises_serialization_error(data):
     doc = _valid()
     paths = _mutations(doc)
     path = data.draw(st.sampled_from(paths))
-    value = data.draw(st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.text(max_size=5),
-                                st.floats(allow_nan=True), st.lists(st.integers(0, 3), max_size=3)))
+    value = data.draw(
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(-3, 10**6),
+            st.text(max_size=5),
+            st.floats(allow_nan=True),
+            st.lists(st.integers(0, 3), max_size=3),
+        )
+    )
     node = doc
     for key in path[:-1]:
         node = node[key]

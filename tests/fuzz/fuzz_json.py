@@ -34,9 +34,11 @@ def seeds() -> list[dict[str, Any]]:
     from ncd.testing import cases
 
     models = [c.model for c in cases()]
-    models += [nn.gpt(layers=1).bind(seq=3, d_model=4, heads=2, d_head=2, d_ff=5, vocab=7),
-               nn.moe().bind(seq=3, d_model=4, d_ff=3, experts=3),
-               ops.softmax("x")]
+    models += [
+        nn.gpt(layers=1).bind(seq=3, d_model=4, heads=2, d_head=2, d_ff=5, vocab=7),
+        nn.moe().bind(seq=3, d_model=4, d_ff=3, experts=3),
+        ops.softmax("x"),
+    ]
     return [json.loads(ncd.to_json(m)) for m in models]
 
 
@@ -44,9 +46,37 @@ SEEDS = seeds()
 
 HOSTILE = st.one_of(
     st.integers(-(10**400), 10**400),
-    st.sampled_from([0, -1, 1, 2**31, 2**63, 2**64, 10**100, True, False, None, "", "x",
-                     "__import__('os')", "\x00", "../../etc", "NaN", float("nan"), float("inf"),
-                     -float("inf"), 1e308, -0.0, 0.5, [], {}, [[]], [0, 0], {"kind": "einsum"}]),
+    st.sampled_from(
+        [
+            0,
+            -1,
+            1,
+            2**31,
+            2**63,
+            2**64,
+            10**100,
+            True,
+            False,
+            None,
+            "",
+            "x",
+            "__import__('os')",
+            "\x00",
+            "../../etc",
+            "NaN",
+            float("nan"),
+            float("inf"),
+            -float("inf"),
+            1e308,
+            -0.0,
+            0.5,
+            [],
+            {},
+            [[]],
+            [0, 0],
+            {"kind": "einsum"},
+        ]
+    ),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=8),
     st.lists(st.integers(-3, 40), max_size=4),
@@ -88,8 +118,9 @@ def mutated(draw: Any) -> str | bytes:
     for _ in range(draw(st.integers(1, 4))):
         paths = _paths(doc)
         path = draw(st.sampled_from(paths))
-        how = draw(st.sampled_from(("replace", "replace", "replace", "delete", "duplicate",
-                                    "extra")))
+        how = draw(
+            st.sampled_from(("replace", "replace", "replace", "delete", "duplicate", "extra"))
+        )
         doc = _set(doc, path, copy.deepcopy(draw(HOSTILE)), how if path else "replace")
     text = json.dumps(doc, allow_nan=True)
     damage = draw(st.sampled_from(("none", "none", "truncate", "flip", "bytes")))
@@ -97,7 +128,7 @@ def mutated(draw: Any) -> str | bytes:
         return text[: draw(st.integers(0, len(text)))]
     if damage == "flip":
         i = draw(st.integers(0, max(0, len(text) - 1)))
-        return text[:i] + draw(st.sampled_from(list('{}[],:"0-e.\\\x00'))) + text[i + 1:]
+        return text[:i] + draw(st.sampled_from(list('{}[],:"0-e.\\\x00'))) + text[i + 1 :]
     if damage == "bytes":
         raw = bytearray(text.encode())
         raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
@@ -107,8 +138,9 @@ def mutated(draw: Any) -> str | bytes:
 
 ANY_JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=6), kids,
-                                                              max_size=4),
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=6), kids, max_size=4)
+    ),
     max_leaves=20,
 ).map(lambda d: json.dumps(d))
 
@@ -139,8 +171,12 @@ def _run_small(model: Any) -> None:
     if sum(int(np.prod(s, dtype=np.float64)) for s in shapes) > 100_000:
         return
     rng = np.random.default_rng(0)
-    inputs = [rng.integers(0, 2, graph.shape(v)) if graph.values[v].dtype == "int64"
-              else rng.standard_normal(graph.shape(v)).astype(np.float32) for v in graph.inputs]
+    inputs = [
+        rng.integers(0, 2, graph.shape(v))
+        if graph.values[v].dtype == "int64"
+        else rng.standard_normal(graph.shape(v)).astype(np.float32)
+        for v in graph.inputs
+    ]
     try:
         with np.errstate(all="ignore"):
             ncd.run(model, *inputs, params=ncd.init(model, seed=0))
@@ -151,8 +187,13 @@ def _run_small(model: Any) -> None:
 def run_hypothesis(examples: int, seed: int | None) -> None:
     import hypothesis
 
-    @settings(max_examples=examples, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck), derandomize=seed is None)
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=seed is None,
+    )
     @given(text=st.one_of(mutated(), mutated(), mutated(), ANY_JSON))
     def prop(text: str | bytes) -> None:
         check(text)
@@ -168,6 +209,7 @@ def run_atheris(examples: int) -> None:
             check(data)
         except RecursionError:
             raise
+
     atheris.Setup([sys.argv[0], f"-runs={examples}"], one)
     atheris.Fuzz()
 
@@ -182,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
         run_atheris(args.examples)
     else:
         run_hypothesis(args.examples, args.seed)
-    print(f"fuzz_json: {args.examples} inputs, every one loaded cleanly or raised "
-          "SerializationError")
+    print(
+        f"fuzz_json: {args.examples} inputs, every one loaded cleanly or raised SerializationError"
+    )
     return 0
 
 

@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
-IMPORTS = {"ncd-core": "ncd", "ncd-torch": "ncd_torch", "ncd-opencl": "ncd_opencl",
-           "ncd-cuda": "ncd_cuda", "ncd-diagram": "ncd_diagram", "ncd-perf": "ncd_perf"}
+IMPORTS = {
+    "ncd-core": "ncd",
+    "ncd-torch": "ncd_torch",
+    "ncd-opencl": "ncd_opencl",
+    "ncd-cuda": "ncd_cuda",
+    "ncd-diagram": "ncd_diagram",
+    "ncd-perf": "ncd_perf",
+}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -28,6 +34,8 @@ def imported_modules(path: Path) -> set[str]:
 def test_a_package_imports_no_other_plugin(package: str) -> None:
     own = IMPORTS[package]
     others = {m for m in IMPORTS.values() if m not in (own, "ncd")}
-    bad = {str(p.relative_to(PACKAGES)): sorted(imported_modules(p) & others)
-           for p in (PACKAGES / package / "src").rglob("*.py")}
+    bad = {
+        str(p.relative_to(PACKAGES)): sorted(imported_modules(p) & others)
+        for p in (PACKAGES / package / "src").rglob("*.py")
+    }
     assert not {k: v for k, v in bad.items() if v}, "plugins meet through ncd.plugins.registry()"

@@ -16,8 +16,21 @@ pytest.importorskip("pyopencl")
 
 def test_compile_emit_writes_sources_and_plan_with_bytes(tmp_path, capsys) -> None:
     out = tmp_path / "out"
-    code = main(["compile", "attention", "--bind", "q=13", "x=13", "d=8", "v=8", "--target",
-                 "opencl", "--emit", str(out)])
+    code = main(
+        [
+            "compile",
+            "attention",
+            "--bind",
+            "q=13",
+            "x=13",
+            "d=8",
+            "v=8",
+            "--target",
+            "opencl",
+            "--emit",
+            str(out),
+        ]
+    )
     assert code == 0
     plan = json.loads((out / "plan.json").read_text())
     (k,) = plan["kernels"]
@@ -35,7 +48,13 @@ def test_demo_step_prints_difference_and_kernel_count(capsys) -> None:
     model = ncd.nn.gpt(layers=1).bind(seq=8, d_model=16, heads=2, d_head=8, d_ff=32, vocab=13)
     params = ncd.init(model)
     tokens = np.arange(8) % 13
-    step.run({"model": model, "params": params, "tokens": tokens,
-              "logits": ncd.run(model, tokens, params=params)})
+    step.run(
+        {
+            "model": model,
+            "params": params,
+            "tokens": tokens,
+            "logits": ncd.run(model, tokens, params=params),
+        }
+    )
     text = capsys.readouterr().out
     assert "kernels" in text and "max |logits - reference|" in text

@@ -14,9 +14,19 @@ from ncd.testing import case_by_name
 from ncd_opencl.generate import generate
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
-CASES = ["softmax_13", "layernorm", "rmsnorm", "linear_bias_lifted", "view_merge_permute",
-         "causal_softmax", "attention_causal_lifted", "spherical_attention", "mlp",
-         "transformer_block", "gpt_2_layers"]
+CASES = [
+    "softmax_13",
+    "layernorm",
+    "rmsnorm",
+    "linear_bias_lifted",
+    "view_merge_permute",
+    "causal_softmax",
+    "attention_causal_lifted",
+    "spherical_attention",
+    "mlp",
+    "transformer_block",
+    "gpt_2_layers",
+]
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -16,8 +16,9 @@ pytest.importorskip("pyopencl")
 
 def _check(model, *xs, params=None, tol=2e-4):
     got = ncd.compile(model, "opencl")(*xs, params=params)
-    want = ncd.run(model, *[x.astype(np.float64) if x.dtype == np.float32 else x for x in xs],
-                   params=params)
+    want = ncd.run(
+        model, *[x.astype(np.float64) if x.dtype == np.float32 else x for x in xs], params=params
+    )
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
@@ -132,7 +133,8 @@ def test_a_lowering_registered_for_opencl_is_used() -> None:
     REFERENCE_RULES[Twice] = lambda op, xs, p, ctx: [xs[0] * 2]
     reg = registry()
     reg.lowerings[("opencl", "test_opencl_twice")] = Lowering(
-        "opencl", "test_opencl_twice", lambda g, n, i: f"(2.0f * {g.load(n.inputs[0], i)})")
+        "opencl", "test_opencl_twice", lambda g, n, i: f"(2.0f * {g.load(n.inputs[0], i)})"
+    )
     try:
         m = ops.prim(Twice()).over(ncd.Axis("r", size=7))
         x = np.arange(7, dtype=np.float32)
@@ -161,15 +163,18 @@ def test_chunked_stream_handles_tails(n: int) -> None:
     _check(att, *xs)
 
 
-@pytest.mark.parametrize("build", [
-    lambda r, c: ops.softmax(c).over(r),
-    lambda r, c: (ops.softmax(c) >> ops.mul(2.0) >> ops.gelu()).over(r),
-    lambda r, c: ops.layernorm(c).over(r),
-    lambda r, c: (ops.rmsnorm(c) >> ops.silu()).over(r),
-    lambda r, c: ops.l2norm(c).over(r),
-    lambda r, c: ops.max(c).over(r),
-    lambda r, c: ops.mean(c).over(r),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda r, c: ops.softmax(c).over(r),
+        lambda r, c: (ops.softmax(c) >> ops.mul(2.0) >> ops.gelu()).over(r),
+        lambda r, c: ops.layernorm(c).over(r),
+        lambda r, c: (ops.rmsnorm(c) >> ops.silu()).over(r),
+        lambda r, c: ops.l2norm(c).over(r),
+        lambda r, c: ops.max(c).over(r),
+        lambda r, c: ops.mean(c).over(r),
+    ],
+)
 @pytest.mark.parametrize("rows", [1, 7, 13])
 def test_vector_rows(build, rows: int) -> None:
     r, c = ncd.Axis("r", size=rows), ncd.Axis("c", size=24)
@@ -195,8 +200,7 @@ def test_streamed_rows_and_vectors(causal: bool, nq: int, nx: int, spherical: bo
         assert "i_q_1" in gen.source  # a second row per work-item
     assert "ncd_float8u" in gen.source  # vector loads of V
     rng = np.random.default_rng(nq * nx)
-    xs = [rng.standard_normal(s).astype(np.float32)
-          for s in ((3, nq, 8), (3, nx, 8), (3, nx, 16))]
+    xs = [rng.standard_normal(s).astype(np.float32) for s in ((3, nq, 8), (3, nx, 8), (3, nx, 16))]
     _check(att, *xs)
 
 
@@ -213,8 +217,9 @@ def test_tiled_linear_staged_in_local_memory(m: int, k: int, n: int) -> None:
     x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
     params = ncd.init(model)
     got = ncd.compile(model, "opencl", local_memory=True)(x, params=params)
-    np.testing.assert_allclose(got, ncd.run(model, x.astype(np.float64), params=params),
-                               rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(
+        got, ncd.run(model, x.astype(np.float64), params=params), rtol=2e-4, atol=2e-4
+    )
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -234,13 +239,15 @@ def test_tiled_activation_chain_runs_on_packed_vectors(bias: bool, m: int) -> No
 def test_tiled_residual_epilogue_stays_per_element() -> None:
     """An epilogue that reads another array (a residual) keeps the per-element path."""
     ax = {n: ncd.Axis(n) for n in ("seq", "d_model", "heads", "d_head", "d_ff", "seq_k")}
-    block = nn.transformer_block(ax["seq"], ax["d_model"], ax["heads"], ax["d_head"],
-                                 ax["d_ff"], seq_k=ax["seq_k"])
+    block = nn.transformer_block(
+        ax["seq"], ax["d_model"], ax["heads"], ax["d_head"], ax["d_ff"], seq_k=ax["seq_k"]
+    )
     block = block.bind(seq=9, d_model=16, heads=2, d_head=8, d_ff=24)
     gen = generate(block.graph)
     assert any("float8 pv" in k.text for k in gen.kernels)  # the MLP's fc + GELU
-    assert any(k.style == "tiled" and k.text and "float8 pv" not in k.text
-               for k in gen.kernels)  # projections adding the residual
+    assert any(
+        k.style == "tiled" and k.text and "float8 pv" not in k.text for k in gen.kernels
+    )  # projections adding the residual
     x = np.random.default_rng(1).standard_normal((9, 16)).astype(np.float32)
     _check(block, x, params=ncd.init(block))
 

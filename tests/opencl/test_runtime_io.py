@@ -19,15 +19,16 @@ def test_misaligned_and_strided_inputs_match_reference() -> None:
     exe = ncd.compile(model, "opencl")
     rng = np.random.default_rng(0)
     raw = rng.standard_normal(13 * 24 + 3).astype(np.float32)
-    misaligned = raw[1:1 + 13 * 24].reshape(13, 24)  # 4-byte offset: not float8-aligned
+    misaligned = raw[1 : 1 + 13 * 24].reshape(13, 24)  # 4-byte offset: not float8-aligned
     assert misaligned.ctypes.data % 32 != 0
     before = misaligned.copy()
     out = exe(misaligned)
     np.testing.assert_allclose(out, ncd.run(model, before), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(misaligned, before)  # read, never written
     strided = rng.standard_normal((24, 13)).astype(np.float32).T  # not C-contiguous
-    np.testing.assert_allclose(exe(strided), ncd.run(model, np.ascontiguousarray(strided)),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        exe(strided), ncd.run(model, np.ascontiguousarray(strided)), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_each_call_returns_a_fresh_output() -> None:
@@ -55,11 +56,14 @@ def test_out_arrays_are_written_and_returned() -> None:
     np.testing.assert_allclose(again, ncd.run(model, 2 * x), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("bad", [
-    np.empty((13, 23), np.float32),  # wrong shape
-    np.empty((13, 24), np.float64),  # wrong dtype
-    np.empty((24, 13), np.float32).T,  # not C-contiguous
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.empty((13, 23), np.float32),  # wrong shape
+        np.empty((13, 24), np.float64),  # wrong dtype
+        np.empty((24, 13), np.float32).T,  # not C-contiguous
+    ],
+)
 def test_bad_out_is_a_size_error_naming_the_output(bad: np.ndarray) -> None:
     exe = ncd.compile(_softmax_rows(13, 24), "opencl")
     x = np.zeros((13, 24), np.float32)

@@ -18,7 +18,7 @@ def test_issue_acceptance_example_as_written() -> None:
     machine = ncd_perf.Machine.two_level(fast_capacity=M)
     mm = ncd_perf.optimise(ops.einsum("a b, b c -> a c"), machine)
     print(mm.schedule, mm.transfers)
-    assert sp.simplify(mm.transfers - (2*a*b*c/sp.sqrt(M) + a*c)) == 0
+    assert sp.simplify(mm.transfers - (2 * a * b * c / sp.sqrt(M) + a * c)) == 0
     flash = ncd_perf.optimise(ATT, machine)
     lead = sp.limit(flash.transfers.subs({q: N, x: N, v: d}) / (N**2 * d**2 / M), N, sp.oo)
     assert lead.is_positive and lead.is_finite
@@ -28,7 +28,7 @@ def test_issue_acceptance_example_as_written() -> None:
 
 def test_matmul_unbounded_memory_moves_each_operand_once() -> None:
     mm = ncd_perf.optimise(ops.einsum("a b, b c -> a c"), ncd_perf.Machine.two_level(sp.oo))
-    assert sp.simplify(mm.transfers - (a*b + b*c + a*c)) == 0
+    assert sp.simplify(mm.transfers - (a * b + b * c + a * c)) == 0
 
 
 def test_matmul_optimal_tiles_are_square_root_of_capacity() -> None:
@@ -55,7 +55,7 @@ def test_streamed_attention_is_theta_n2_d2_over_m_and_writes_no_scores() -> None
     # (d + v)(d + v + 2) / M with v = d: Q and O tiles plus the running max and sum per row
     assert sp.simplify(sp.limit(h / (N**2 * d**2 / M), N, sp.oo) - 4 * (d + 1) / d) == 0
     unbounded = ncd_perf.optimise(ATT, ncd_perf.Machine.two_level(sp.oo)).transfers
-    assert sp.simplify(unbounded - (q*d + x*d + x*v + q*v)) == 0  # inputs and output once
+    assert sp.simplify(unbounded - (q * d + x * d + x * v + q * v)) == 0  # inputs and output once
 
 
 def test_spherical_attention_same_order_without_exponentials() -> None:
@@ -68,17 +68,24 @@ def test_spherical_attention_same_order_without_exponentials() -> None:
     assert lead.is_positive and lead.is_finite
     special = cost.flops.get("special", 0)
     assert sp.limit(special.subs(SQUARE) / N**2, N, sp.oo) == 0  # one sqrt per row, no exp
-    soft = ncd_perf.optimise(nn.attention(q="q", x="x", d="d", v="v"), ncd_perf.Machine.two_level(M))
+    soft = ncd_perf.optimise(
+        nn.attention(q="q", x="x", d="d", v="v"), ncd_perf.Machine.two_level(M)
+    )
     assert sp.limit(soft.flops["special"].subs(SQUARE) / N**2, N, sp.oo) == 1  # one exp per score
 
 
 def test_multi_level_matmul_applies_the_bound_at_every_level() -> None:
-    machine = ncd_perf.Machine("three-level", [
-        ncd_perf.Level("slow"), ncd_perf.Level("mid", M1, unit="elements"),
-        ncd_perf.Level("fast", M2, unit="elements")])
+    machine = ncd_perf.Machine(
+        "three-level",
+        [
+            ncd_perf.Level("slow"),
+            ncd_perf.Level("mid", M1, unit="elements"),
+            ncd_perf.Level("fast", M2, unit="elements"),
+        ],
+    )
     mm = ncd_perf.optimise(ops.einsum("a b, b c -> a c"), machine)
-    assert sp.simplify(mm.transfers_at(1) - (2*a*b*c/sp.sqrt(M1) + a*c)) == 0
-    assert sp.simplify(mm.transfers_at(2) - (2*a*b*c/sp.sqrt(M2) + a*c)) == 0
+    assert sp.simplify(mm.transfers_at(1) - (2 * a * b * c / sp.sqrt(M1) + a * c)) == 0
+    assert sp.simplify(mm.transfers_at(2) - (2 * a * b * c / sp.sqrt(M2) + a * c)) == 0
 
 
 def test_bytes_follow_each_wire_dtype() -> None:

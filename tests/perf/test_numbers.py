@@ -45,7 +45,9 @@ def test_bound_matmul_tiles_fit_every_level_and_time_is_a_roofline() -> None:
     (k,) = cost.kernels
     machine = cost.machine
     for lv in k.levels:
-        assert (lv.fits and float(lv.resident) * 2 <= machine.levels[lv.level].capacity * 1.0001) or lv.fits
+        assert (
+            lv.fits and float(lv.resident) * 2 <= machine.levels[lv.level].capacity * 1.0001
+        ) or lv.fits
     flops = 2 * 4096**3
     assert float(k.flops["matrix"]) == flops
     assert k.bottleneck == "matrix compute"
@@ -54,8 +56,9 @@ def test_bound_matmul_tiles_fit_every_level_and_time_is_a_roofline() -> None:
 
 def test_awkward_sizes_price_without_error() -> None:
     for n in (1, 7, 13):
-        cost = ncd_perf.cost(nn.transformer_block().bind(seq=n, d_model=13, heads=1, d_head=7,
-                                                         d_ff=13), "this")
+        cost = ncd_perf.cost(
+            nn.transformer_block().bind(seq=n, d_model=13, heads=1, d_head=7, d_ff=13), "this"
+        )
         assert cost.time and cost.time > 0
         assert all(lv.fits for k in cost.kernels for lv in k.levels)
 
@@ -82,8 +85,9 @@ def test_tensor_parallel_mlp_all_reduces_the_output() -> None:
 
 def test_tensor_parallel_attention_all_reduces_after_the_output_projection() -> None:
     m = nn.transformer_block().bind(seq=1024, d_model=1024, heads=16, d_head=64, d_ff=4096)
-    cost = ncd_perf.cost(m, ncd_perf.load_machine("h100").with_devices(8),
-                         parallel={"heads": 8, "d_ff": 8})
+    cost = ncd_perf.cost(
+        m, ncd_perf.load_machine("h100").with_devices(8), parallel={"heads": 8, "d_ff": 8}
+    )
     kinds = [(k.kernel.name, c.kind) for k in cost.kernels for c in k.collectives]
     assert [name.split("_")[1] for name, _ in kinds] == ["linear", "linear"]
     assert all(kind == "all-reduce" for _, kind in kinds)
@@ -104,7 +108,9 @@ def test_expert_parallel_moe_is_two_all_to_alls() -> None:
 
 
 def test_symbolic_costs_stay_symbolic() -> None:
-    cost = ncd_perf.cost(nn.mlp().over("seq"), ncd_perf.Machine.two_level(sp.Symbol("M", positive=True)))
+    cost = ncd_perf.cost(
+        nn.mlp().over("seq"), ncd_perf.Machine.two_level(sp.Symbol("M", positive=True))
+    )
     assert {str(s) for s in cost.transfers.free_symbols} >= {"seq", "d_model", "d_ff", "M"}
     assert cost.time is None
 
@@ -132,7 +138,9 @@ def test_a_code_generators_concrete_tiles_are_priced_as_given() -> None:
 
 def test_tiled_kernels_carry_the_chosen_tiles_for_a_code_generator() -> None:
     block = nn.transformer_block().bind(seq=1000, d_model=256, heads=4, d_head=64, d_ff=1024)
-    for k in ncd_perf.cost(block, "h100").kernels + ncd_perf.cost(block, "this", fuse=False).kernels:
+    for k in (
+        ncd_perf.cost(block, "h100").kernels + ncd_perf.cost(block, "this", fuse=False).kernels
+    ):
         kernel = k.tiled()
         assert all(isinstance(p.tile, int) or p.kind == "stream" for p in kernel.partitions)
         assert kernel.streamed == ((k.formulas.stream,) if k.formulas.stream else ())

@@ -19,10 +19,26 @@ def test_registrations() -> None:
     assert len(result.kernels) == 1
 
 
-def test_ncd_perf_prints_table_formulas_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ncd_perf_prints_table_formulas_and_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     png = tmp_path / "roofline.png"
-    rc = main(["perf", "block", "--machine", "h100", "--bind", "seq=512", "d_model=256", "heads=4",
-               "d_head=64", "d_ff=1024", "--plot", str(png)])
+    rc = main(
+        [
+            "perf",
+            "block",
+            "--machine",
+            "h100",
+            "--bind",
+            "seq=512",
+            "d_model=256",
+            "heads=4",
+            "d_head=64",
+            "d_ff=1024",
+            "--plot",
+            str(png),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert "fusion plan: 6 kernel(s)" in out and "HBM3" in out and "total time" in out
@@ -32,14 +48,34 @@ def test_ncd_perf_prints_table_formulas_and_plots(tmp_path: Path, capsys: pytest
 
 def test_ncd_perf_unfused_parallel_and_bad_machine(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["perf", "mlp", "--machine", "cpu", "--unfused", "--no-formulas"]) == 0
-    assert main(["perf", "block", "--machine", "h100", "--parallel", "heads=4", "--no-formulas",
-                 "--bind", "seq=64", "d_model=64", "heads=4", "d_head=16", "d_ff=128"]) == 0
+    assert (
+        main(
+            [
+                "perf",
+                "block",
+                "--machine",
+                "h100",
+                "--parallel",
+                "heads=4",
+                "--no-formulas",
+                "--bind",
+                "seq=64",
+                "d_model=64",
+                "heads=4",
+                "d_head=16",
+                "d_ff=128",
+            ]
+        )
+        == 0
+    )
     assert "all-reduce" in capsys.readouterr().out
     assert main(["perf", "mlp", "--machine", "abacus"]) == 2
     assert "unknown machine" in capsys.readouterr().err
 
 
-def test_calibrate_measures_and_writes_a_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_calibrate_measures_and_writes_a_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import ncd_perf
 
     out = tmp_path / "here.toml"

@@ -48,7 +48,7 @@ def load(**settings: Any) -> tuple[Any, list[str]]:
 def backend_source(name: str, *, override: bool = False, scale: float = 2.0) -> str:
     """A plugin whose backend ``name`` returns ``scale`` times the reference (so a hijack shows
     in the numbers)."""
-    return f'''
+    return f"""
         from ncd.plugins import Backend, Executable, hookimpl
 
         class Exe(Executable):
@@ -67,7 +67,7 @@ def backend_source(name: str, *, override: bool = False, scale: float = 2.0) -> 
         @hookimpl
         def ncd_register_backends():
             return [Fake()]
-    '''
+    """
 
 
 def attention(q: int, x: int) -> Any:

@@ -2,10 +2,10 @@
 tails (sizes 1, 7, 13, 301: not multiples of the vector width or the tiles).
 
 On a host-memory device (PoCL) kernels read the caller's inputs and parameters and write the
-``out=`` arrays in place, so each array is placed against a ``PROT_NONE`` guard page, once ending at it (a
-read past the end of a row faults) and once starting after it (a read before the start
-faults); parameters (weights, embedding tables) likewise. The models run in a subprocess: a fault fails the test with the model's name instead
-of killing pytest."""
+``out=`` arrays in place, so each array is placed against a ``PROT_NONE`` guard page, once
+ending at it (a read past the end of a row faults) and once starting after it (a read before
+the start faults); parameters (weights, embedding tables) likewise. The models run in a
+subprocess: a fault fails the test with the model's name instead of killing pytest."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytest.importorskip("pyopencl")
 
 pytestmark = pytest.mark.opencl
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import ctypes, mmap, sys
     import numpy as np
     import ncd
@@ -89,7 +89,8 @@ SCRIPT = textwrap.dedent('''
             for v in g.inputs:
                 dt = np.int64 if g.values[v].dtype == "int64" else np.float32
                 x = guarded(g.shape(v), dt, at_end)
-                x[...] = rng.integers(0, 11, x.shape) if dt == np.int64 else rng.standard_normal(x.shape)
+                x[...] = (rng.integers(0, 11, x.shape) if dt == np.int64
+                          else rng.standard_normal(x.shape))
                 xs.append(x)
             ps = {}
             for k, arr in params.items():  # weights and tables are read in place too
@@ -105,15 +106,21 @@ SCRIPT = textwrap.dedent('''
                     np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5,
                                                err_msg=f"{name}[{k}] {o}")
     print("all in bounds")
-''')
+""")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect guard pages")
 def test_no_kernel_touches_memory_outside_its_arrays() -> None:
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     last = proc.stdout.strip().splitlines()[-1:] or ["(nothing ran)"]
     assert proc.returncode == 0, (
         f"exit {proc.returncode} (-11: an out-of-bounds access) while running {last[0]}\n"
-        f"{proc.stderr[-3000:]}")
+        f"{proc.stderr[-3000:]}"
+    )
     assert last[0] == "all in bounds"

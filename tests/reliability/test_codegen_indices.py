@@ -78,11 +78,19 @@ def test_long_indices_compute_the_same(name: str, monkeypatch: pytest.MonkeyPatc
     assert "(long)get_global_id(" in ncd.export(small, "opencl")
     g = small.graph
     rng = np.random.default_rng(0)
-    xs = [rng.integers(0, 11, g.shape(v)) if g.values[v].dtype == "int64"
-          else rng.standard_normal(g.shape(v)).astype(np.float32) for v in g.inputs]
+    xs = [
+        rng.integers(0, 11, g.shape(v))
+        if g.values[v].dtype == "int64"
+        else rng.standard_normal(g.shape(v)).astype(np.float32)
+        for v in g.inputs
+    ]
     params = ncd.init(small, seed=0)
-    np.testing.assert_allclose(OpenCLExecutable(small)(*xs, params=params),
-                               ncd.run(small, *xs, params=params), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        OpenCLExecutable(small)(*xs, params=params),
+        ncd.run(small, *xs, params=params),
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 def test_embedding_kernel_clamps_ids_into_the_table() -> None:
@@ -98,15 +106,68 @@ def test_embedding_kernel_clamps_ids_into_the_table() -> None:
 
 
 #: names predefined in OpenCL C (macros, builtin functions, vector types, keywords) and in C
-HOSTILE = ["CL_VERSION_1_", "CL_VERSION_1_0", "FP_ILOGB0", "FP_ILOGB", "M_PI", "M_PI_F",
-           "INFINITY", "NAN", "MAXFLOAT", "HUGE_VALF", "FLT_MAX", "CHAR_BIT", "__OPENCL_VERSION__",
-           "__kernel", "__global", "get_global_id", "get_local_size", "barrier", "float8",
-           "float", "int", "long", "half", "kernel", "global", "local", "constant", "private",
-           "exp", "dot", "min", "max", "clamp", "select", "mad", "vload8", "ncd_erf", "NCD_FMAX",
-           "ncd_float8u", "i", "gid", "acc", "restrict", "sizeof", "return", "_", "x0", "k0",
-           "in0", "out1", "w", "t_1", "i_x", "ENDIAN_LITTLE", "true", "false", "NULL"]
-names = st.one_of(st.sampled_from(HOSTILE), st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}",
-                                                          fullmatch=True))
+HOSTILE = [
+    "CL_VERSION_1_",
+    "CL_VERSION_1_0",
+    "FP_ILOGB0",
+    "FP_ILOGB",
+    "M_PI",
+    "M_PI_F",
+    "INFINITY",
+    "NAN",
+    "MAXFLOAT",
+    "HUGE_VALF",
+    "FLT_MAX",
+    "CHAR_BIT",
+    "__OPENCL_VERSION__",
+    "__kernel",
+    "__global",
+    "get_global_id",
+    "get_local_size",
+    "barrier",
+    "float8",
+    "float",
+    "int",
+    "long",
+    "half",
+    "kernel",
+    "global",
+    "local",
+    "constant",
+    "private",
+    "exp",
+    "dot",
+    "min",
+    "max",
+    "clamp",
+    "select",
+    "mad",
+    "vload8",
+    "ncd_erf",
+    "NCD_FMAX",
+    "ncd_float8u",
+    "i",
+    "gid",
+    "acc",
+    "restrict",
+    "sizeof",
+    "return",
+    "_",
+    "x0",
+    "k0",
+    "in0",
+    "out1",
+    "w",
+    "t_1",
+    "i_x",
+    "ENDIAN_LITTLE",
+    "true",
+    "false",
+    "NULL",
+]
+names = st.one_of(
+    st.sampled_from(HOSTILE), st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True)
+)
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -118,8 +179,12 @@ def test_hostile_names_build_and_match(a: str, b: str, c: str, block: str) -> No
     if len({a, b, c}) < 3:
         return  # one name for two axes is a different model (alignment by name)
     body = (ops.layernorm(d) >> ops.linear([d], [e], name=block)).named(block).over(r)
-    att = nn.attention(q=Axis(a, size=7), x=Axis(b, size=13), d=Axis(c, size=8),
-                       v=Axis(block if block not in (a, b, c) else "v", size=8))
+    att = nn.attention(
+        q=Axis(a, size=7),
+        x=Axis(b, size=13),
+        d=Axis(c, size=8),
+        v=Axis(block if block not in (a, b, c) else "v", size=8),
+    )
     model = body @ att
     g = model.graph
     rng = np.random.default_rng(1)
@@ -146,8 +211,9 @@ def _doubling_op(kind_: str) -> type[Op]:
 
 
 @pytest.mark.parametrize("kind", ["nb", "mb", "a0", "b1", "c0_1"])
-def test_plugin_op_kinds_never_take_a_template_name(kind: str,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plugin_op_kinds_never_take_a_template_name(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A plugin op named like a variable the tiled matmul declares itself (``const int nb``,
     the row pointer ``a0``, the accumulator ``c0_1``), in that kernel's epilogue: its value is
     named behind the class tag (``t_nb``), so the kernel builds and matches."""
@@ -158,5 +224,9 @@ def test_plugin_op_kinds_never_take_a_template_name(kind: str,
     same = (ops.linear("d -> e") >> ops.mul(2.0)).over(_ax("s", 13)).bind(d=16, e=8)
     params = ncd.init(model, seed=0)
     x = np.random.default_rng(0).standard_normal((13, 16)).astype(np.float32)
-    np.testing.assert_allclose(OpenCLExecutable(model)(x, params=params),
-                               ncd.run(same, x, params=params), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        OpenCLExecutable(model)(x, params=params),
+        ncd.run(same, x, params=params),
+        rtol=1e-4,
+        atol=1e-5,
+    )

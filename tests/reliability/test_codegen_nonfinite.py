@@ -26,10 +26,25 @@ pytestmark = pytest.mark.opencl
 
 INF, NAN = np.inf, np.nan
 #: 16 values (two float8 vectors) with every non-finite and overflowing case
-VALUES = np.array([0, -0.0, 1, -1, -100, 100, INF, -INF, NAN, 1e30, -1e30, 88.8, -88.8, 3, 0.5,
-                   -7], np.float32)
-UNARY = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu", "gelu", "gelu_tanh", "silu",
-         "sigmoid", "tanh", "square", "recip")
+VALUES = np.array(
+    [0, -0.0, 1, -1, -100, 100, INF, -INF, NAN, 1e30, -1e30, 88.8, -88.8, 3, 0.5, -7], np.float32
+)
+UNARY = (
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "abs",
+    "neg",
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "square",
+    "recip",
+)
 BINARY = ("add", "sub", "mul", "div", "max", "min")
 SIZES = (1, 7, 13, 301)
 
@@ -65,8 +80,9 @@ def _fan(terms: list[ncd.Term], inputs: int = 1) -> ncd.Term:
     return fan
 
 
-def _check(model: ncd.Term, xs: list[np.ndarray], labels: list[str],
-           **options: Any) -> list[np.ndarray]:
+def _check(
+    model: ncd.Term, xs: list[np.ndarray], labels: list[str], **options: Any
+) -> list[np.ndarray]:
     params = ncd.init(model, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the reference's overflow warnings
@@ -98,11 +114,16 @@ def test_binary_ops_with_infinite_operands(path: str) -> None:
 def test_scalar_ops_with_constants_on_either_side(path: str) -> None:
     """Every scalar binary with constants 0, 0.5, -1.5, 2 on either side over the special values
     (``x ** 0.5`` is NumPy's and torch's sqrt: NaN at -inf, not C's +inf)."""
-    cases = [(fn, c, rev) for fn in (*BINARY, "pow") for c in (0.0, 0.5, -1.5, 2.0)
-             for rev in (False, True)]
+    cases = [
+        (fn, c, rev)
+        for fn in (*BINARY, "pow")
+        for c in (0.0, 0.5, -1.5, 2.0)
+        for rev in (False, True)
+    ]
     # two kernels: pow keeps its kernel off the vector rows, the others take them
     model = _fan([ops.scalar(fn, c, reverse=rev) for fn, c, rev in cases if fn != "pow"]) @ _fan(
-        [ops.scalar(fn, c, reverse=rev) for fn, c, rev in cases if fn == "pow"])
+        [ops.scalar(fn, c, reverse=rev) for fn, c, rev in cases if fn == "pow"]
+    )
     _check(model, [_rows(), _rows()], [str(c) for c in cases])
 
 
@@ -114,8 +135,10 @@ def test_reductions_over_non_finite_rows(path: str) -> None:
 
 
 NORMALISERS: dict[str, Callable[[Axis], ncd.Term]] = {
-    "softmax": lambda x: ops.softmax(x), "l2norm": lambda x: ops.l2norm(x),
-    "layernorm": lambda x: ops.layernorm(x), "rmsnorm": lambda x: ops.rmsnorm(x),
+    "softmax": lambda x: ops.softmax(x),
+    "l2norm": lambda x: ops.l2norm(x),
+    "layernorm": lambda x: ops.layernorm(x),
+    "rmsnorm": lambda x: ops.rmsnorm(x),
 }
 
 
@@ -143,13 +166,15 @@ def test_causal_rows_that_see_no_key_are_nan(path: str) -> None:
     the last value row. Streamed attention (chunked rows template) and the plain softmax."""
     shapes = ((5, 3), (13, 7), (1, 1), (301, 13))
     models: list[ncd.Term] = [_causal(q, x) for q, x in shapes]
-    models += [ops.causal_mask(Axis("q", size=q), Axis("x", size=x)) >> ops.softmax("x")
-               for q, x in shapes]
+    models += [
+        ops.causal_mask(Axis("q", size=q), Axis("x", size=x)) >> ops.softmax("x") for q, x in shapes
+    ]
     model = _side_by_side(models)
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal(model.graph.shape(v)).astype(np.float32) for v in model.graph.inputs]
-    labels = [f"attention q={q} x={x}" for q, x in shapes] + [f"softmax q={q} x={x}"
-                                                              for q, x in shapes]
+    labels = [f"attention q={q} x={x}" for q, x in shapes] + [
+        f"softmax q={q} x={x}" for q, x in shapes
+    ]
     got = _check(model, xs, labels)[0]  # attention q=5 x=3
     assert np.isnan(got[:, :2]).all() and np.isfinite(got[:, 2:]).all()
 

@@ -40,8 +40,12 @@ def _pairs(first: str) -> tuple[ncd.Term, list[tuple[str, int]]]:
     for second in NORMS:
         for n in SIZES:
             x = Axis("x", size=n)
-            branches.append((NORMS[first](x).named(f"a{len(labels)}")
-                             >> NORMS[second](x).named(f"b{len(labels)}")).over(Axis("r", size=3)))
+            branches.append(
+                (
+                    NORMS[first](x).named(f"a{len(labels)}")
+                    >> NORMS[second](x).named(f"b{len(labels)}")
+                ).over(Axis("r", size=3))
+            )
             labels.append((second, n))
     model = branches[0]
     for b in branches[1:]:
@@ -51,13 +55,15 @@ def _pairs(first: str) -> tuple[ncd.Term, list[tuple[str, int]]]:
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("first", list(NORMS))
-def test_two_normalisers_match_reference(first: str, path: str,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_normalisers_match_reference(
+    first: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model, labels = _pairs(first)
     params = ncd.init(model, seed=2)
     rng = np.random.default_rng(7)
-    xs = [rng.standard_normal(model.graph.shape(v)).astype(np.float32) * 3
-          for v in model.graph.inputs]
+    xs = [
+        rng.standard_normal(model.graph.shape(v)).astype(np.float32) * 3 for v in model.graph.inputs
+    ]
     want = ncd.run(model, *xs, params=params)
     if path == "scalar":
         import attrs
@@ -68,8 +74,9 @@ def test_two_normalisers_match_reference(first: str, path: str,
     got = OpenCLExecutable(model)(*xs, params=params)
     assert len(got) == len(labels)
     for (second, n), g, w in zip(labels, got, want, strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5,
-                                   err_msg=f"{first} >> {second} over x={n} [{path}]")
+        np.testing.assert_allclose(
+            g, w, rtol=1e-4, atol=2e-5, err_msg=f"{first} >> {second} over x={n} [{path}]"
+        )
 
 
 def test_pair_shares_one_kernel() -> None:

@@ -61,10 +61,18 @@ MODELS: dict[str, Callable[[], ncd.Term]] = {
     "linear_ad_d": lambda: ops.linear("a d -> d").over(_ax("b", 7)).bind(a=3, d=8),
     "linear_d_de": lambda: ops.linear("d -> d e").over(_ax("b", 7)).bind(d=8, e=3),
     "linear_ab_bc": lambda: ops.linear("a b -> b c").over(_ax("s", 5)).bind(a=3, b=8, c=2),
-    "linear_dd_gelu": lambda: (ops.linear("d -> d") >> ops.unary("gelu")).over(_ax("b", 7)).bind(d=16),
-    "linear_dd_chain": lambda: (ops.linear("d -> d") >> ops.linear("d -> d")).over(_ax("b", 7)).bind(d=8),
-    "linear_dd_softmax": lambda: (ops.linear("d -> d") >> ops.softmax("d")).over(_ax("b", 7)).bind(d=16),
-    "layernorm_linear_dd": lambda: (ops.layernorm("d") >> ops.linear("d -> d")).over(_ax("b", 13)).bind(d=16),
+    "linear_dd_gelu": lambda: (
+        (ops.linear("d -> d") >> ops.unary("gelu")).over(_ax("b", 7)).bind(d=16)
+    ),
+    "linear_dd_chain": lambda: (
+        (ops.linear("d -> d") >> ops.linear("d -> d")).over(_ax("b", 7)).bind(d=8)
+    ),
+    "linear_dd_softmax": lambda: (
+        (ops.linear("d -> d") >> ops.softmax("d")).over(_ax("b", 7)).bind(d=16)
+    ),
+    "layernorm_linear_dd": lambda: (
+        (ops.layernorm("d") >> ops.linear("d -> d")).over(_ax("b", 13)).bind(d=16)
+    ),
     "residual_linear_dd": lambda: _residual_linear(16, 7),
     # renames
     "einsum_transpose": lambda: ops.einsum("i j -> j i", i=7, j=13),
@@ -74,7 +82,9 @@ MODELS: dict[str, Callable[[], ncd.Term]] = {
     "rearrange_merge_permute": lambda: ops.rearrange("a b c -> (c a) b", a=3, b=7, c=5),
     "rearrange_split": lambda: ops.rearrange("s (h e) -> h s e", s=7, h=3, e=5),
     "rename_softmax": lambda: (ops.rename(_ax("s", 13), "t") >> ops.softmax("t")).over(_ax("r", 7)),
-    "rename_linear": lambda: (ops.rename(_ax("s", 16), "t") >> ops.linear("t -> t")).over(_ax("r", 7)),
+    "rename_linear": lambda: (ops.rename(_ax("s", 16), "t") >> ops.linear("t -> t")).over(
+        _ax("r", 7)
+    ),
     "permute_linear": lambda: ops.rearrange("a b -> b a", a=16, b=7) >> ops.linear("a -> a"),
 }
 
@@ -104,8 +114,9 @@ def _inputs(model: ncd.Term, name: str) -> list[np.ndarray]:
 #: models run on every path; the others on the three that differ most (cold builds cost time)
 EVERY_PATH = {"linear_dd_7x13", "linear_dd_13x16", "linear_ab_bc", "residual_linear_dd"}
 SOME_PATHS = ("default", "scalar")
-CASES = [(name, path) for name in MODELS for path in PATHS
-         if name in EVERY_PATH or path in SOME_PATHS]
+CASES = [
+    (name, path) for name in MODELS for path in PATHS if name in EVERY_PATH or path in SOME_PATHS
+]
 
 
 @pytest.mark.parametrize(("name", "path"), CASES)

@@ -99,15 +99,21 @@ MISUSES: list[tuple[str, Callable[[], Any]]] = [
     ("bind size 0", lambda: ops.softmax("d").bind(d=0)),
     ("bind size 10^100", lambda: ops.softmax("d").bind(d=10**100)),
     ("bind a float size", lambda: ops.softmax("d").bind(d=2.0)),  # type: ignore[arg-type]
-    ("element count over int64 at bind", lambda: ops.einsum("a b, b c -> a c").bind(
-        a=2**40, b=1, c=2**40)),
+    (
+        "element count over int64 at bind",
+        lambda: ops.einsum("a b, b c -> a c").bind(a=2**40, b=1, c=2**40),
+    ),
     ("trace inputs not a list", lambda: ncd.trace(inputs=d)(lambda x: x)),  # type: ignore[arg-type]
     ("trace input of a number", lambda: ncd.trace(inputs=[3])(lambda x: x)),  # type: ignore[list-item]
     ("trace name with a NUL", lambda: ncd.trace(name="f\x00")(lambda x: ops.exp()(x))),
-    ("trace int ids into exp", lambda: ncd.trace(inputs=[ncd.ArrayType((s,), "int64")])(
-        lambda x: ops.exp()(x))),
-    ("float values into an embedding", lambda: (ops.exp().over(s) >> ops.embedding(
-        "vocab -> d", vocab=3, d=2)).graph),
+    (
+        "trace int ids into exp",
+        lambda: ncd.trace(inputs=[ncd.ArrayType((s,), "int64")])(lambda x: ops.exp()(x)),
+    ),
+    (
+        "float values into an embedding",
+        lambda: (ops.exp().over(s) >> ops.embedding("vocab -> d", vocab=3, d=2)).graph,
+    ),
     ("nn size a float", lambda: nn.mlp(d_model=2.5)),  # type: ignore[arg-type]
     ("nn size a bool", lambda: nn.mlp(d_model=True)),
     ("nn size zero", lambda: nn.layernorm(0)),
@@ -144,16 +150,19 @@ def test_old_bare_exception_types_still_catch() -> None:
 
 
 def test_gram_matrix_message_says_how_to_write_it() -> None:
-    with pytest.raises(ncd.DefinitionError, match=r"the output has s more than once.*rename one copy"):
+    with pytest.raises(
+        ncd.DefinitionError, match=r"the output has s more than once.*rename one copy"
+    ):
         ops.einsum("s d, s d -> s s")
     # ... and the written form runs: X X^T with a renamed copy.
     x = np.arange(14, dtype=np.float32).reshape(2, 7)
     gram = ncd.trace(inputs=[[s.with_size(2), d]])(
-        lambda t: ops.einsum("s d, t d -> s t")(t, ops.rename("s", "t")(t)))
+        lambda t: ops.einsum("s d, t d -> s t")(t, ops.rename("s", "t")(t))
+    )
     np.testing.assert_allclose(ncd.run(gram, x), x @ x.T)
 
 
-@pytest.mark.parametrize("name", ['a<b&"c\'', "ünïcødé λ", "CL_VERSION_1_", "x y"])
+@pytest.mark.parametrize("name", ["a<b&\"c'", "ünïcødé λ", "CL_VERSION_1_", "x y"])
 def test_printable_names_are_kept(name: str) -> None:
     a = ncd.Axis(name, size=3)
     m = ops.softmax(a, name=name)
@@ -171,8 +180,9 @@ def test_valid_dropout_and_eps_build(ok: float) -> None:
 
 def test_numpy_integer_seeds_are_seeds() -> None:
     m = ops.linear(d, e)
-    assert np.array_equal(ncd.init(m, seed=np.int64(3))["linear.weight"],
-                          ncd.init(m, seed=3)["linear.weight"])
+    assert np.array_equal(
+        ncd.init(m, seed=np.int64(3))["linear.weight"], ncd.init(m, seed=3)["linear.weight"]
+    )
 
 
 def test_size_limits_at_the_edges() -> None:
@@ -186,29 +196,33 @@ def test_size_limits_at_the_edges() -> None:
 UNPRINTABLE = -(10**5000)
 
 
-@pytest.mark.parametrize(("what", "call"), [
-    ("Axis size", lambda: ncd.Axis("a", size=UNPRINTABLE)),
-    ("bind size", lambda: ops.softmax("d").bind(d=UNPRINTABLE)),
-    ("scalar constant", lambda: ops.mul(UNPRINTABLE)),
-    ("dropout p", lambda: ops.dropout(UNPRINTABLE)),
-    ("topk k", lambda: TopKGate(e, UNPRINTABLE)),
-    ("gpt layers", lambda: nn.gpt(layers=UNPRINTABLE)),
-    ("init seed", lambda: ncd.init(ops.exp(), seed=UNPRINTABLE)),
-    ("identity count", lambda: ncd.identity(UNPRINTABLE)),
-    ("copy count", lambda: ncd.copy(UNPRINTABLE)),
-    ("Axis name", lambda: ncd.Axis(UNPRINTABLE)),  # type: ignore[arg-type]
-    ("ArrayType axes", lambda: ncd.ArrayType(UNPRINTABLE)),  # type: ignore[arg-type]
-    ("dtype", lambda: ncd.ArrayType((d,), UNPRINTABLE)),  # type: ignore[arg-type]
-    ("softmax axis", lambda: ops.softmax(UNPRINTABLE)),  # type: ignore[arg-type]
-    ("einsum spec", lambda: ops.einsum(UNPRINTABLE)),  # type: ignore[arg-type]
-    ("prim", lambda: ops.prim(UNPRINTABLE)),  # type: ignore[arg-type]
-    ("compose", lambda: ops.exp() >> UNPRINTABLE),  # type: ignore[operator]
-    ("lift", lambda: ops.exp().over(UNPRINTABLE)),  # type: ignore[arg-type]
-    ("init of a non-model", lambda: ncd.init(UNPRINTABLE)),
-    ("nn axis", lambda: nn.mlp(d_model=UNPRINTABLE)),
-    ("nn activation", lambda: nn.mlp(activation=UNPRINTABLE)),  # type: ignore[arg-type]
-])
-def test_an_int_too_long_to_print_is_named_by_its_digits(what: str, call: Callable[[], Any]
-                                                         ) -> None:
+@pytest.mark.parametrize(
+    ("what", "call"),
+    [
+        ("Axis size", lambda: ncd.Axis("a", size=UNPRINTABLE)),
+        ("bind size", lambda: ops.softmax("d").bind(d=UNPRINTABLE)),
+        ("scalar constant", lambda: ops.mul(UNPRINTABLE)),
+        ("dropout p", lambda: ops.dropout(UNPRINTABLE)),
+        ("topk k", lambda: TopKGate(e, UNPRINTABLE)),
+        ("gpt layers", lambda: nn.gpt(layers=UNPRINTABLE)),
+        ("init seed", lambda: ncd.init(ops.exp(), seed=UNPRINTABLE)),
+        ("identity count", lambda: ncd.identity(UNPRINTABLE)),
+        ("copy count", lambda: ncd.copy(UNPRINTABLE)),
+        ("Axis name", lambda: ncd.Axis(UNPRINTABLE)),  # type: ignore[arg-type]
+        ("ArrayType axes", lambda: ncd.ArrayType(UNPRINTABLE)),  # type: ignore[arg-type]
+        ("dtype", lambda: ncd.ArrayType((d,), UNPRINTABLE)),  # type: ignore[arg-type]
+        ("softmax axis", lambda: ops.softmax(UNPRINTABLE)),  # type: ignore[arg-type]
+        ("einsum spec", lambda: ops.einsum(UNPRINTABLE)),  # type: ignore[arg-type]
+        ("prim", lambda: ops.prim(UNPRINTABLE)),  # type: ignore[arg-type]
+        ("compose", lambda: ops.exp() >> UNPRINTABLE),  # type: ignore[operator]
+        ("lift", lambda: ops.exp().over(UNPRINTABLE)),  # type: ignore[arg-type]
+        ("init of a non-model", lambda: ncd.init(UNPRINTABLE)),
+        ("nn axis", lambda: nn.mlp(d_model=UNPRINTABLE)),
+        ("nn activation", lambda: nn.mlp(activation=UNPRINTABLE)),  # type: ignore[arg-type]
+    ],
+)
+def test_an_int_too_long_to_print_is_named_by_its_digits(
+    what: str, call: Callable[[], Any]
+) -> None:
     with pytest.raises(ncd.NcdError, match=r"an int of about \d+ digits.*Fix:"):
         call()

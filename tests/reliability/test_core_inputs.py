@@ -23,7 +23,9 @@ def test_out_of_range_ids_raise_index_range_error(vocab: int, bad: str) -> None:
     value = {"vocab": vocab, "-1": -1, "huge": 10**6}[bad]
     ids = np.zeros(7, dtype=np.int64)
     ids[4] = value
-    with pytest.raises(ncd.IndexRangeError, match=rf"\[0, {vocab}\).*vocab#.*{value} at position \(4,\)"):
+    with pytest.raises(
+        ncd.IndexRangeError, match=rf"\[0, {vocab}\).*vocab#.*{value} at position \(4,\)"
+    ):
         ncd.run(m, ids, params=ncd.init(m))
 
 
@@ -50,12 +52,15 @@ def test_float_ids_are_refused_not_truncated(ids: np.ndarray) -> None:
             prepare(m, [ids], ncd.init(m), cast=cast)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("x", [
-    np.ones((2, 7), np.complex64),
-    np.array([[object()] * 7] * 2, dtype=object),
-    np.full((2, 7), "a"),
-    np.zeros((2, 7), dtype="V4"),
-])
+@pytest.mark.parametrize(
+    "x",
+    [
+        np.ones((2, 7), np.complex64),
+        np.array([[object()] * 7] * 2, dtype=object),
+        np.full((2, 7), "a"),
+        np.zeros((2, 7), dtype="V4"),
+    ],
+)
 def test_complex_object_string_void_refused_whatever_cast(x: np.ndarray) -> None:
     m = ops.unary("exp").over(ncd.Axis("b", size=2), ncd.Axis("d", size=7))
     for cast in ("same_kind", "unsafe"):

@@ -17,8 +17,9 @@ from ncd import ops
 
 def _model() -> ncd.Term:
     d, s = ncd.Axis("d", size=7), ncd.Axis("s", size=13)
-    body = (ops.layernorm(d, eps=1e-5) >> ops.add(1.5) >> ops.scale(d, -0.5)
-            >> ops.dropout(0.25)).named("block")
+    body = (
+        ops.layernorm(d, eps=1e-5) >> ops.add(1.5) >> ops.scale(d, -0.5) >> ops.dropout(0.25)
+    ).named("block")
     return body.over(s) >> ops.exp()
 
 
@@ -79,8 +80,9 @@ BAD: list[tuple[str, tuple[Any, ...], Any, str]] = [
 
 
 @pytest.mark.parametrize(("what", "path", "value", "match"), BAD, ids=[b[0] for b in BAD])
-def test_bad_documents_raise_serialization_error(what: str, path: tuple[Any, ...], value: Any,
-                                                 match: str) -> None:
+def test_bad_documents_raise_serialization_error(
+    what: str, path: tuple[Any, ...], value: Any, match: str
+) -> None:
     with pytest.raises(ncd.SerializationError, match=match):
         _load(_set(path, value))
 
@@ -107,8 +109,22 @@ def test_float_input_to_an_embedding_is_refused() -> None:
         _load(doc)
 
 
-HOSTILE = (10**400, -(10**400), float("nan"), float("inf"), -1, 0, True, None, "x\x00", "",
-           [], {}, [[]], 2**63)
+HOSTILE = (
+    10**400,
+    -(10**400),
+    float("nan"),
+    float("inf"),
+    -1,
+    0,
+    True,
+    None,
+    "x\x00",
+    "",
+    [],
+    {},
+    [[]],
+    2**63,
+)
 
 
 def _leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:

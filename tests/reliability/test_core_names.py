@@ -14,7 +14,7 @@ from ncd import ops
 
 ncd_diagram = pytest.importorskip("ncd_diagram")
 
-NAMES = ['a<b&"c\'', "ünïcødé λ 名前", "]]> --> <!--", "back\\slash\\n", "}; digraph x {"]
+NAMES = ["a<b&\"c'", "ünïcødé λ 名前", "]]> --> <!--", "back\\slash\\n", "}; digraph x {"]
 
 
 def _model(name: str) -> ncd.Term:
@@ -27,8 +27,9 @@ def _dot_is_valid(dot: str) -> None:
     exe = shutil.which("dot")
     if exe is None:
         return
-    out = subprocess.run([exe, "-Tsvg"], input=dot.encode(), capture_output=True, timeout=20,
-                         check=False)
+    out = subprocess.run(
+        [exe, "-Tsvg"], input=dot.encode(), capture_output=True, timeout=20, check=False
+    )
     assert out.returncode == 0, out.stderr.decode()
     ET.fromstring(out.stdout)
 
@@ -54,7 +55,11 @@ def test_output_stays_valid_even_for_a_name_that_bypassed_the_checks() -> None:
 
 @pytest.mark.parametrize("bad", ["\x00", "\n", "\r", "\t", "\x7f", "\x85", "\ud800"])
 def test_control_characters_are_refused_in_every_name(bad: str) -> None:
-    for make in (lambda: ncd.Axis("a" + bad), lambda: ops.exp(name="a" + bad),
-                 lambda: ops.exp().named("a" + bad), lambda: ops.exp().named("a", "l" + bad)):
+    for make in (
+        lambda: ncd.Axis("a" + bad),
+        lambda: ops.exp(name="a" + bad),
+        lambda: ops.exp().named("a" + bad),
+        lambda: ops.exp().named("a", "l" + bad),
+    ):
         with pytest.raises(ncd.DefinitionError, match="control character"):
             make()

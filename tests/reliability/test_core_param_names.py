@@ -31,8 +31,10 @@ def test_lifting_and_binding_keep_names() -> None:
 def test_an_explicit_nested_name_still_prefixes() -> None:
     lin = ops.linear("d -> e", d=3, e=7, name="fc").named("block")
     assert set(ncd.init(lin)) == set(ncd.init(lin.over("s").bind(s=2))) == {"fc.weight", "fc.bias"}
-    assert set(ncd.init(lin.over("s").bind(s=2) >> ops.relu())) == {"block.fc.weight",
-                                                                       "block.fc.bias"}
+    assert set(ncd.init(lin.over("s").bind(s=2) >> ops.relu())) == {
+        "block.fc.weight",
+        "block.fc.bias",
+    }
     assert set(ncd.init(lin >> ops.relu())) == {"block.fc.weight", "block.fc.bias"}
 
 
@@ -43,8 +45,9 @@ def test_params_of_gpt_run_its_batched_form_on_the_reference(batch: int) -> None
     tokens = np.random.default_rng(0).integers(0, 13, size=(batch, 7))
     got = ncd.run(gpt.over(ncd.Axis("batch", size=batch)), tokens, params=params)
     for i in range(batch):
-        np.testing.assert_allclose(got[i], ncd.run(gpt, tokens[i], params=params), rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            got[i], ncd.run(gpt, tokens[i], params=params), rtol=1e-5, atol=1e-6
+        )
 
 
 @pytest.mark.opencl

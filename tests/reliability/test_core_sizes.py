@@ -17,7 +17,9 @@ def test_attention_of_a_million_queries_and_keys_is_refused_before_allocating() 
     q, x = ncd.Axis("q", size=10**6), ncd.Axis("x", size=10**6)
     m = nn.attention(q, x, d=8, v=8)
     z = np.zeros((10**6, 8), np.float32)
-    with pytest.raises(ncd.SizeError, match=r"\[q x\].*q#\w+=1000000, x#\w+=1000000.*4000000000000 bytes"):
+    with pytest.raises(
+        ncd.SizeError, match=r"\[q x\].*q#\w+=1000000, x#\w+=1000000.*4000000000000 bytes"
+    ):
         ncd.run(m, z, z, z)
 
 

@@ -25,8 +25,22 @@ SIZES = (1, 2, 7, 13, 31)
 EXAMPLES = int(os.environ.get("NCD_DIFF_EXAMPLES", "25"))
 
 # a step of a chain is data, (kind, arguments...); `build` turns the chain into a model
-UNARY = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu", "gelu", "gelu_tanh", "silu",
-         "sigmoid", "tanh", "square", "recip")
+UNARY = (
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "abs",
+    "neg",
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "square",
+    "recip",
+)
 SCALAR = ("add", "sub", "mul", "div", "max", "min", "pow")
 NORMS = ("softmax", "layernorm", "rmsnorm", "l2norm")
 
@@ -78,8 +92,9 @@ def build(steps: list[tuple[Any, ...]], rows: int, cols: int) -> ncd.Term:
                 term = term >> ops.linear(f"{last} -> {last}", bias=bias, name=f"lin{i}")
             else:
                 new = f"e{i}"
-                term = term >> ops.linear(f"{last} -> {new}", bias=bias, name=f"lin{i}",
-                                          **{new: size})
+                term = term >> ops.linear(
+                    f"{last} -> {new}", bias=bias, name=f"lin{i}", **{new: size}
+                )
                 last = new
         elif kind == "transpose":
             term = term >> ops.einsum(f"{lead} {last} -> {last} {lead}")
@@ -95,9 +110,11 @@ def salted_input(data: Any, shape: tuple[int, ...]) -> np.ndarray:
     seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(shape) * data.draw(st.sampled_from((0.5, 1.0, 3.0)))).astype(
-        np.float32)
-    specials = data.draw(st.lists(st.sampled_from((np.inf, -np.inf, np.nan)), max_size=3),
-                         label="specials")
+        np.float32
+    )
+    specials = data.draw(
+        st.lists(st.sampled_from((np.inf, -np.inf, np.nan)), max_size=3), label="specials"
+    )
     for v in specials:
         x[tuple(int(rng.integers(0, n)) for n in shape)] = v
     return x
@@ -111,22 +128,26 @@ def assert_matches(got: np.ndarray, want: np.ndarray, what: str) -> None:
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
     big = np.abs(want) > 3.0e38
     nan_ok = np.isnan(got) == np.isnan(want)
-    assert nan_ok.all(), (f"{what}: NaN differs at {np.argwhere(~nan_ok)[:5].tolist()}: got "
-                          f"{got[~nan_ok][:5]}, want {want[~nan_ok][:5]}")
+    assert nan_ok.all(), (
+        f"{what}: NaN differs at {np.argwhere(~nan_ok)[:5].tolist()}: got "
+        f"{got[~nan_ok][:5]}, want {want[~nan_ok][:5]}"
+    )
     inf_ok = (np.isinf(got) == np.isinf(want)) | big
-    assert inf_ok.all(), (f"{what}: inf differs at {np.argwhere(~inf_ok)[:5].tolist()}: got "
-                          f"{got[~inf_ok][:5]}, want {want[~inf_ok][:5]}")
+    assert inf_ok.all(), (
+        f"{what}: inf differs at {np.argwhere(~inf_ok)[:5].tolist()}: got "
+        f"{got[~inf_ok][:5]}, want {want[~inf_ok][:5]}"
+    )
     fin = np.isfinite(want) & np.isfinite(got)
     if fin.any():
         scale = max(1.0, float(np.abs(want[fin]).max()))
-        np.testing.assert_allclose(got[fin], want[fin], rtol=2e-3, atol=2e-4 * scale,
-                                   err_msg=what)
+        np.testing.assert_allclose(got[fin], want[fin], rtol=2e-3, atol=2e-4 * scale, err_msg=what)
     signs = np.isinf(want) & np.isinf(got)
     assert (np.sign(got[signs]) == np.sign(want[signs])).all(), f"{what}: inf of the wrong sign"
 
 
-def _case(steps: list[tuple[Any, ...]], rows: int, cols: int, data: Any
-          ) -> tuple[ncd.Term, np.ndarray, dict[str, np.ndarray], np.ndarray, str]:
+def _case(
+    steps: list[tuple[Any, ...]], rows: int, cols: int, data: Any
+) -> tuple[ncd.Term, np.ndarray, dict[str, np.ndarray], np.ndarray, str]:
     model = build(steps, rows, cols)
     x = salted_input(data, (rows, cols))
     params = ncd.init(model, seed=data.draw(st.integers(0, 1000), label="param seed"))
@@ -136,18 +157,24 @@ def _case(steps: list[tuple[Any, ...]], rows: int, cols: int, data: Any
 
 
 SEED = os.environ.get("NCD_DIFF_SEED")  # a seed for a fresh hunt; unset: derandomised
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=SEED is None,
-                    database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=SEED is None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 #: per backend, the compile options drawn at random (a plan for OpenCL); others take none
 OPTIONS: dict[str, Any] = {
-    "opencl": st.fixed_dictionaries({
-        "fuse": st.sampled_from((True, "local", False)),
-        "tiled": st.booleans(),
-        "local_memory": st.sampled_from((None, True)),
-    }),
+    "opencl": st.fixed_dictionaries(
+        {
+            "fuse": st.sampled_from((True, "local", False)),
+            "tiled": st.booleans(),
+            "local_memory": st.sampled_from((None, True)),
+        }
+    ),
 }
 
 
@@ -178,15 +205,16 @@ REGRESSIONS = [
     # x ** 0.5 is sqrt: NaN at -inf (a causal row that sees no key), not C pow's +inf
     ([("causal",), ("scalar", "pow", 0.5, False)], np.array([[0.5], [2.0]], np.float32)),
     # (-1.5) ** x: a negative constant printed without parentheses became -(1.5 ** x)
-    ([("unary", "exp"), ("scalar", "pow", -1.5, True)],
-     np.array([[-1.25, 0.0, np.inf, -np.inf, 0.6931472]], np.float32)),
+    (
+        [("unary", "exp"), ("scalar", "pow", -1.5, True)],
+        np.array([[-1.25, 0.0, np.inf, -np.inf, 0.6931472]], np.float32),
+    ),
 ]
 
 
 @pytest.mark.parametrize("target", executable_backends())
 @pytest.mark.parametrize(("steps", "x"), REGRESSIONS, ids=[str(s) for s, _ in REGRESSIONS])
-def test_past_findings_stay_fixed(target: str, steps: list[tuple[Any, ...]], x: np.ndarray
-                                  ) -> None:
+def test_past_findings_stay_fixed(target: str, steps: list[tuple[Any, ...]], x: np.ndarray) -> None:
     model = build(steps, *x.shape)
     params = ncd.init(model, seed=0)
     with np.errstate(all="ignore"):

@@ -43,8 +43,13 @@ print(json.dumps({"stats": program.STATS, "made": made}))
 
 def _child(cache: Path, *models: str) -> dict[str, object]:
     env = dict(os.environ, NCD_OPENCL_CACHE=str(cache))
-    done = subprocess.run([sys.executable, "-c", _CHILD, *models], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, *models],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -80,16 +85,21 @@ def test_corrupt_entries_are_rebuilt_in_later_processes(tmp_path: Path) -> None:
     broken = _child(cache, "double", "tanh")["stats"]
     assert broken == {"memory_hits": 0, "disk_hits": 0, "builds": 2, "disk_rejected": 2}
     assert _child(cache, "double", "tanh")["stats"] == {
-        "memory_hits": 0, "disk_hits": 2, "builds": 0, "disk_rejected": 0}
+        "memory_hits": 0,
+        "disk_hits": 2,
+        "builds": 0,
+        "disk_rejected": 0,
+    }
 
 
 def _source() -> str:  # a program no earlier test built (the memory cache would answer)
-    return (f"// {uuid.uuid4()}\n"
-            "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }\n")
+    return (
+        f"// {uuid.uuid4()}\n"
+        "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }\n"
+    )
 
 
-def test_cache_is_bounded_by_size_evicting_least_recently_used(tmp_path: Path,
-                                                               monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_cache_is_bounded_by_size_evicting_least_recently_used(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("NCD_OPENCL_CACHE", str(tmp_path))
     monkeypatch.setenv("NCD_OPENCL_CACHE_MB", "2.5")
     old = []

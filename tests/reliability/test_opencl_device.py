@@ -42,8 +42,12 @@ except ncd.TargetNotFoundError as e:
 
 
 def test_no_platform_is_a_target_error_with_the_fix(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", _NO_DRIVER, str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_DRIVER, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "TargetNotFoundError: no OpenCL platform found" in done.stdout
     assert 'pip install "pyopencl[pocl]"' in done.stdout
@@ -59,8 +63,11 @@ def test_huge_intermediate_is_a_size_error_before_building() -> None:
     att = nn.attention().bind(q=10**6, x=10**6, d=1, v=1)  # scores: 10^12 floats unfused
     q = np.zeros((10**6, 1), np.float32)
     builds = program.STATS["builds"]
-    with pytest.raises(ncd.SizeError, match=r"q#\w+ \(1000000\).*x#\w+ \(1000000\)|"
-                       r"x#\w+ \(1000000\).*q#\w+ \(1000000\)") as e:
+    with pytest.raises(
+        ncd.SizeError,
+        match=r"q#\w+ \(1000000\).*x#\w+ \(1000000\)|"
+        r"x#\w+ \(1000000\).*q#\w+ \(1000000\)",
+    ) as e:
         ncd.compile(att, "opencl", fuse=False)(q, q, q)
     assert "CL_DEVICE_MAX_MEM_ALLOC_SIZE" in str(e.value) and "Fix:" in str(e.value)
     assert program.STATS["builds"] == builds
@@ -77,9 +84,13 @@ def test_total_beyond_device_memory_is_a_size_error() -> None:
     r = ncd.Axis("r", size=301)
     model = (ops.softmax(ncd.Axis("x", size=13)) >> ops.mul(2.0)).over(r)
     gen = generate(model.graph, fuse=False)
-    small = SimpleNamespace(name="tiny", max_mem_alloc_size=301 * 13 * 4,
-                            global_mem_size=2 * 301 * 13 * 4)
+    small = SimpleNamespace(
+        name="tiny", max_mem_alloc_size=301 * 13 * 4, global_mem_size=2 * 301 * 13 * 4
+    )
     with pytest.raises(ncd.SizeError, match=r"CL_DEVICE_GLOBAL_MEM_SIZE.*r#\w+ \(301\)"):
         check_fits(model.graph, gen, small)
-    check_fits(model.graph, gen, SimpleNamespace(name="big", max_mem_alloc_size=2**31,
-                                                  global_mem_size=2**32))
+    check_fits(
+        model.graph,
+        gen,
+        SimpleNamespace(name="big", max_mem_alloc_size=2**31, global_mem_size=2**32),
+    )

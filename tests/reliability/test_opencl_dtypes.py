@@ -17,12 +17,15 @@ def _model() -> ncd.Term:  # type: ignore[name-defined]
     return (ops.linear("d -> e", d=13, e=7) >> ops.gelu()).over(ncd.Axis("s", size=301))
 
 
-@pytest.mark.parametrize("bad", [
-    np.ones((301, 13), np.float64),
-    np.ones((301, 13), np.complex64),
-    np.ones((301, 13), np.int64),
-    np.full((301, 13), 1.0, object),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.ones((301, 13), np.float64),
+        np.ones((301, 13), np.complex64),
+        np.ones((301, 13), np.int64),
+        np.full((301, 13), 1.0, object),
+    ],
+)
 def test_lossy_inputs_are_refused_before_device_work(bad: np.ndarray) -> None:
     model = _model()
     exe = ncd.compile(model, "opencl")
@@ -84,5 +87,6 @@ def test_read_only_arrays_are_read_in_place() -> None:
     for arr in (x, *params.values()):
         arr.flags.writeable = False  # e.g. memory-mapped weights
     want = ncd.run(model, x.astype(np.float64), params=params)
-    np.testing.assert_allclose(ncd.compile(model, "opencl")(x, params=params), want,
-                               rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(
+        ncd.compile(model, "opencl")(x, params=params), want, rtol=2e-4, atol=2e-4
+    )

@@ -31,13 +31,18 @@ def test_out_arrays_overlapping_each_other_are_refused(overlap: str) -> None:
     model = _two_outputs()
     g = model.graph
     exe = ncd.compile(model, "opencl")
-    x, y = (np.random.default_rng(k).standard_normal(g.shape(v)).astype(np.float32)
-            for k, v in enumerate(g.inputs))
+    x, y = (
+        np.random.default_rng(k).standard_normal(g.shape(v)).astype(np.float32)
+        for k, v in enumerate(g.inputs)
+    )
     shape0, shape1 = (g.shape(v) for v in g.outputs)  # 7 x 13 and 13 x 7
     big = np.empty(7 * 13 + 5, np.float32)
     buf = big[: 7 * 13].reshape(shape0)
-    other = {"same": big[: 7 * 13].reshape(shape1), "view": buf.reshape(shape1),
-             "partial": big[5:].reshape(shape1)}[overlap]
+    other = {
+        "same": big[: 7 * 13].reshape(shape1),
+        "view": buf.reshape(shape1),
+        "partial": big[5:].reshape(shape1),
+    }[overlap]
     with pytest.raises(ncd.SizeError, match=r"out\[1\] shares memory with out\[0\]"):
         exe(x, y, out=(buf, other))
     a, b = np.empty(shape0, np.float32), np.empty(shape1, np.float32)
@@ -90,8 +95,10 @@ def test_programs_kept_in_memory_are_bounded(monkeypatch) -> None:  # type: igno
     monkeypatch.setenv("NCD_OPENCL_PROGRAMS", "3")
     monkeypatch.setenv("NCD_OPENCL_CACHE_MB", "0")  # no disk cache for these throwaways
     tag = uuid.uuid4().hex
-    sources = [f"// {tag} {k}\n__kernel void k{k}(__global float* a) {{ a[0] = {k}.0f; }}\n"
-               for k in range(5)]
+    sources = [
+        f"// {tag} {k}\n__kernel void k{k}(__global float* a) {{ a[0] = {k}.0f; }}\n"
+        for k in range(5)
+    ]
     progs = [program.build(s) for s in sources]
     assert len(program._PROGRAMS) <= 3
     assert program.build(sources[4]) is progs[4]  # most recent: still remembered

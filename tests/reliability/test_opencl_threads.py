@@ -52,13 +52,15 @@ def _in_threads(work: Callable[[int], None], n: int) -> None:
 def _model() -> Any:
     # several kernels with intermediates in device memory (fuse=False stores every one)
     r, c = ncd.Axis("r", size=13), ncd.Axis("c", size=7)
-    return (ops.linear("c -> c2", c=7, c2=7) >> ops.softmax("c2") >> ops.mul(3.0)
-            >> ops.gelu()).over(r), c
+    return (
+        ops.linear("c -> c2", c=7, c2=7) >> ops.softmax("c2") >> ops.mul(3.0) >> ops.gelu()
+    ).over(r), c
 
 
 @pytest.mark.parametrize("fuse", [False, True])
-def test_threads_sharing_one_executable_get_their_own_results(fast_switching: None,
-                                                              fuse: bool) -> None:
+def test_threads_sharing_one_executable_get_their_own_results(
+    fast_switching: None, fuse: bool
+) -> None:
     model, _ = _model()
     params = ncd.init(model, seed=1)
     exe = ncd.compile(model, "opencl", fuse=fuse)
@@ -71,8 +73,9 @@ def test_threads_sharing_one_executable_get_their_own_results(fast_switching: No
     def work(t: int) -> None:
         for i in range(calls):
             x = xs[(t + i) % threads]
-            np.testing.assert_allclose(exe(x, params=params), want[(t + i) % threads],
-                                       rtol=2e-4, atol=2e-5)
+            np.testing.assert_allclose(
+                exe(x, params=params), want[(t + i) % threads], rtol=2e-4, atol=2e-5
+            )
 
     _in_threads(work, threads)
 
@@ -82,8 +85,10 @@ def test_threads_compiling_one_model_on_their_first_call(fast_switching: None) -
     att = nn.attention(causal=True).bind(q=7, x=7, d=13, v=5)
     exe = ncd.compile(att, "opencl")
     rng = np.random.default_rng(7)
-    inputs = [[rng.standard_normal(s).astype(np.float32) for s in ((7, 13), (7, 13), (7, 5))]
-              for _ in range(2)]
+    inputs = [
+        [rng.standard_normal(s).astype(np.float32) for s in ((7, 13), (7, 13), (7, 5))]
+        for _ in range(2)
+    ]
     want = [ncd.run(att, *xs) for xs in inputs]
     got: dict[int, Any] = {}
     _in_threads(lambda t: got.__setitem__(t, exe(*inputs[t])), 2)
@@ -95,8 +100,10 @@ def test_threads_compiling_one_model_on_their_first_call(fast_switching: None) -
 def test_two_executables_run_in_parallel_threads(fast_switching: None) -> None:
     """Different executables (sharing the device's queue and the program cache) in parallel."""
     r = ncd.Axis("r", size=301)
-    models = [ops.softmax(ncd.Axis("x", size=13)).over(r),
-              (ops.layernorm(ncd.Axis("x", size=13)) >> ops.silu()).over(r)]
+    models = [
+        ops.softmax(ncd.Axis("x", size=13)).over(r),
+        (ops.layernorm(ncd.Axis("x", size=13)) >> ops.silu()).over(r),
+    ]
     exes = [ncd.compile(m, "opencl") for m in models]
     params = [ncd.init(m, seed=0) or None for m in models]
     x = np.random.default_rng(0).standard_normal((301, 13)).astype(np.float32)
@@ -104,7 +111,8 @@ def test_two_executables_run_in_parallel_threads(fast_switching: None) -> None:
 
     def work(t: int) -> None:
         for _ in range(10):
-            np.testing.assert_allclose(exes[t % 2](x, params=params[t % 2]), want[t % 2],
-                                       rtol=2e-4, atol=2e-5)
+            np.testing.assert_allclose(
+                exes[t % 2](x, params=params[t % 2]), want[t % 2], rtol=2e-4, atol=2e-5
+            )
 
     _in_threads(work, 4)

@@ -14,7 +14,7 @@ from plugin_fakes import Fakes, attention, backend_source, inputs, load
 import ncd
 from ncd.plugins import manager, registry, reset
 
-GOOD_AND_BAD = '''
+GOOD_AND_BAD = """
     import sys
     from ncd.plugins import Backend, Executable, hookimpl
 
@@ -34,7 +34,7 @@ GOOD_AND_BAD = '''
     @hookimpl
     def ncd_register_exporters():
         {fail}
-'''
+"""
 
 FAILURES = {
     "sys.exit() at import": ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
@@ -42,14 +42,18 @@ FAILURES = {
     "an exception in a hook": (GOOD_AND_BAD.format(fail="raise OSError('disk')"), "OSError"),
     "a hook returning a dict": (GOOD_AND_BAD.format(fail="return {}"), "must return a list"),
     "a wrong item": (GOOD_AND_BAD.format(fail="return [42]"), "not a Exporter"),
-    "an unknown hook": ('''
+    "an unknown hook": (
+        """
         from ncd.plugins import hookimpl
 
         @hookimpl
         def ncd_register_widgets():
             return []
-    ''', "not an ncd hook"),
-    "a nameless backend": ('''
+    """,
+        "not an ncd hook",
+    ),
+    "a nameless backend": (
+        """
         from ncd.plugins import Backend, hookimpl
 
         class NoName(Backend):
@@ -59,7 +63,9 @@ FAILURES = {
         @hookimpl
         def ncd_register_backends():
             return [NoName()]
-    ''', "AttributeError"),
+    """,
+        "AttributeError",
+    ),
 }
 
 
@@ -74,11 +80,14 @@ def test_a_failing_plugin_is_contained_and_leaves_no_trace(fakes: Fakes, case: s
     assert "half_registered" not in reg.backends  # all of a plugin, or nothing
     assert reg.pm.get_plugin("bad-plugin") is None
     xs = inputs(13, 7)
-    np.testing.assert_array_equal(ncd.compile(attention(13, 7))(*xs),
-                                  ncd.run(attention(13, 7), *xs))
+    np.testing.assert_array_equal(
+        ncd.compile(attention(13, 7))(*xs), ncd.run(attention(13, 7), *xs)
+    )
 
 
-CTRL_C_ONCE = backend_source("after_ctrl_c") + '''
+CTRL_C_ONCE = (
+    backend_source("after_ctrl_c")
+    + """
         calls = []
 
         @hookimpl
@@ -87,7 +96,8 @@ CTRL_C_ONCE = backend_source("after_ctrl_c") + '''
             if len(calls) == 1:  # the user presses Ctrl-C while this plugin registers
                 raise KeyboardInterrupt
             return []
-'''
+"""
+)
 
 
 def test_ctrl_c_while_registering_propagates_and_leaves_no_half_registry(fakes: Fakes) -> None:
@@ -105,8 +115,9 @@ def test_ctrl_c_while_registering_propagates_and_leaves_no_half_registry(fakes: 
 def test_a_missing_target_blames_the_right_package(fakes: Fakes) -> None:
     pytest.importorskip("ncd_torch")
     reset(disabled=["torch"])
-    with pytest.raises(ncd.TargetNotFoundError, match="ncd-torch is installed but its plugin "
-                                                      "'torch' is disabled"):
+    with pytest.raises(
+        ncd.TargetNotFoundError, match="ncd-torch is installed but its plugin 'torch' is disabled"
+    ):
         ncd.compile(ncd.nn.mlp(), "torch")
     reset()
     if "cuda" not in registry().backends and any(p.name == "cuda" for p in registry().plugins):
@@ -114,7 +125,7 @@ def test_a_missing_target_blames_the_right_package(fakes: Fakes) -> None:
             ncd.compile(ncd.nn.mlp(), "cuda")
 
 
-FAULTY = '''
+FAULTY = """
     import ncd
     from ncd.plugins import Backend, Executable, Exporter, Renderer, hookimpl
 
@@ -159,7 +170,7 @@ FAULTY = '''
     @hookimpl
     def ncd_register_renderers():
         return [BadRenderer()]
-'''
+"""
 
 
 def _attributed(info: Any, cause: type[BaseException], what: str) -> None:
@@ -188,8 +199,9 @@ def test_errors_inside_a_plugin_name_the_plugin(fakes: Fakes) -> None:
 
 
 @pytest.mark.parametrize(("q", "x"), [(1, 1), (7, 13), (13, 7)])
-def test_a_plugins_executable_keeps_its_numbers_errors_and_attributes(fakes: Fakes, q: int,
-                                                                      x: int) -> None:
+def test_a_plugins_executable_keeps_its_numbers_errors_and_attributes(
+    fakes: Fakes, q: int, x: int
+) -> None:
     fakes.add("faulty-plugin", FAULTY, entry="faulty", version="2.1")
     load()
     exe = ncd.compile(attention(q, x), "faulty")
@@ -222,7 +234,7 @@ def test_a_plugins_executable_copies_and_pickles(fakes: Fakes) -> None:
     assert copy.copy(exe).wrapped is exe.wrapped
 
 
-FAILING_STEP = '''
+FAILING_STEP = """
     from ncd.plugins import DemoStep, hookimpl
 
     def crash(ctx):
@@ -234,11 +246,12 @@ FAILING_STEP = '''
     @hookimpl
     def ncd_demo_steps():
         return [DemoStep("crashing step", 1, crash), DemoStep("fine step", 2, fine)]
-'''
+"""
 
 
-def test_a_failing_demo_step_is_named_and_the_others_run(fakes: Fakes,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_demo_step_is_named_and_the_others_run(
+    fakes: Fakes, capsys: pytest.CaptureFixture[str]
+) -> None:
     from ncd._demo import demo
 
     fakes.add("step-plugin", FAILING_STEP, version="0.3")
@@ -255,7 +268,9 @@ def test_a_failing_demo_step_is_named_and_the_others_run(fakes: Fakes,
 def test_the_registry_loads_once_whichever_thread_asks_first(fakes: Fakes) -> None:
     import threading
 
-    fakes.add("slow-plugin", backend_source("slow") + "\n        import time\n        time.sleep(0.05)\n")
+    fakes.add(
+        "slow-plugin", backend_source("slow") + "\n        import time\n        time.sleep(0.05)\n"
+    )
     reset()
     got: list[Any] = []
     threads = [threading.Thread(target=lambda: got.append(registry())) for _ in range(8)]

@@ -37,8 +37,9 @@ def test_a_plugin_cannot_hijack_opencl_by_sorting_first(fakes: Fakes) -> None:
     assert any("'opencl'" in m and "ncd-opencl" in m and "aaa-opencl 1.0" in m for m in warned)
 
 
-def test_override_needs_both_the_flag_and_the_users_choice(fakes: Fakes,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_override_needs_both_the_flag_and_the_users_choice(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fakes.add("my-ref", backend_source("reference", override=True))
     xs = inputs(7, 13)
     want = ncd.run(attention(7, 13), *xs)
@@ -69,28 +70,43 @@ def test_two_third_parties_on_one_name_are_refused_until_the_user_chooses(fakes:
     assert sum("'shared'" in m for m in warned) == 1
     reg, _ = load(prefer={"shared": "two-dist"})
     xs = inputs(1, 7)
-    np.testing.assert_allclose(ncd.compile(attention(1, 7), "shared")(*xs),
-                               3.0 * ncd.run(attention(1, 7), *xs))
+    np.testing.assert_allclose(
+        ncd.compile(attention(1, 7), "shared")(*xs), 3.0 * ncd.run(attention(1, 7), *xs)
+    )
     assert not reg.overrides  # choosing between third parties replaces no built-in
 
 
 KINDS = {  # hook, interface, lookup
     "exporter": ("ncd_register_exporters", "Exporter", "def export(self, model, **o): return 'x'"),
-    "cost model": ("ncd_register_cost_models", "CostModel",
-                   "def cost(self, model, machine, **o): return 0"),
-    "renderer": ("ncd_register_renderers", "Renderer",
-                 "formats = ('svg',)\n            def render(self, model, fmt, **o): return ''"),
+    "cost model": (
+        "ncd_register_cost_models",
+        "CostModel",
+        "def cost(self, model, machine, **o): return 0",
+    ),
+    "renderer": (
+        "ncd_register_renderers",
+        "Renderer",
+        "formats = ('svg',)\n            def render(self, model, fmt, **o): return ''",
+    ),
 }
 
 
-@pytest.mark.parametrize(("kind", "name", "package"), [("exporter", "json", "ncd"),
-                                                       ("cost model", "perf", "ncd_perf"),
-                                                       ("renderer", "diagram", "ncd_diagram")])
-def test_every_kind_of_registration_follows_the_rule(fakes: Fakes, kind: str, name: str,
-                                                     package: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "name", "package"),
+    [
+        ("exporter", "json", "ncd"),
+        ("cost model", "perf", "ncd_perf"),
+        ("renderer", "diagram", "ncd_diagram"),
+    ],
+)
+def test_every_kind_of_registration_follows_the_rule(
+    fakes: Fakes, kind: str, name: str, package: str
+) -> None:
     pytest.importorskip(package, reason=f"the built-in {kind} {name!r} is not installed here")
     hook, cls, body = KINDS[kind]
-    fakes.add(f"claim-{name}", f'''
+    fakes.add(
+        f"claim-{name}",
+        f"""
         from ncd.plugins import {cls}, hookimpl
 
         class Fake({cls}):
@@ -100,7 +116,8 @@ def test_every_kind_of_registration_follows_the_rule(fakes: Fakes, kind: str, na
         @hookimpl
         def {hook}():
             return [Fake()]
-    ''')
+    """,
+    )
     reg, warned = load()
     assert reg.owner(kind, name).builtin
     assert any(f"{kind} {name!r}" in m and f"claim-{name} 1.0" in m for m in warned)
@@ -108,7 +125,9 @@ def test_every_kind_of_registration_follows_the_rule(fakes: Fakes, kind: str, na
 
 def test_a_renderer_format_collision_keeps_the_builtin_renderer(fakes: Fakes) -> None:
     pytest.importorskip("ncd_diagram")
-    fakes.add("svg-thief", '''
+    fakes.add(
+        "svg-thief",
+        """
         from ncd.plugins import Renderer, hookimpl
 
         class Thief(Renderer):
@@ -120,14 +139,15 @@ def test_a_renderer_format_collision_keeps_the_builtin_renderer(fakes: Fakes) ->
         @hookimpl
         def ncd_register_renderers():
             return [Thief()]
-    ''')
+    """,
+    )
     reg, warned = load()
     assert reg.renderer("svg").name == "diagram" and reg.renderer("webp").name == "thief"
     assert "stolen" not in str(reg.render(ncd.nn.mlp(), "svg"))
     assert any("format 'svg'" in m and "svg-thief" in m for m in warned)
 
 
-LOWER_SOFTMAX = '''
+LOWER_SOFTMAX = """
     from ncd.plugins import Lowering, hookimpl
 
     def wrong(op, xs):
@@ -136,7 +156,7 @@ LOWER_SOFTMAX = '''
     @hookimpl
     def ncd_register_lowerings():
         return [Lowering("pysource", "softmax", wrong, override={override})]
-'''
+"""
 
 
 @pytest.mark.parametrize(("q", "x"), [(1, 1), (7, 13)])
@@ -146,8 +166,9 @@ def test_a_lowering_cannot_replace_builtin_codegen_silently(fakes: Fakes, q: int
     reg, warned = load()
     assert "softmax" not in reg.lowerings_for("pysource")
     xs = inputs(q, x, seed=q)
-    np.testing.assert_allclose(ncd.compile(attention(q, x), "pysource")(*xs),
-                               ncd.run(attention(q, x), *xs), rtol=1e-12)
+    np.testing.assert_allclose(
+        ncd.compile(attention(q, x), "pysource")(*xs), ncd.run(attention(q, x), *xs), rtol=1e-12
+    )
     assert any("lowering 'pysource/softmax'" in m and "lower-thief" in m for m in warned)
 
 
@@ -156,10 +177,12 @@ def test_a_lowering_override_needs_the_users_choice(fakes: Fakes) -> None:
     fakes.add("lower-over", LOWER_SOFTMAX.format(override=True))
     assert "softmax" not in load()[0].lowerings_for("pysource")
     reg, _ = load(prefer={"pysource/softmax": "lower-over"})
-    assert "softmax" in reg.lowerings_for("pysource") and reg.overrides[0].name == "pysource/softmax"
+    assert (
+        "softmax" in reg.lowerings_for("pysource") and reg.overrides[0].name == "pysource/softmax"
+    )
 
 
-NEW_OP = '''
+NEW_OP = """
     from typing import ClassVar
     import attrs
     from ncd.op import Op
@@ -179,7 +202,7 @@ NEW_OP = '''
     @hookimpl
     def ncd_register_lowerings():
         return [Lowering("opencl", {kind!r}, lambda *a: "x")]
-'''
+"""
 
 
 def test_lowerings_of_a_plugins_own_op_are_welcome_but_ties_refused(fakes: Fakes) -> None:
@@ -210,16 +233,20 @@ def test_an_entry_point_name_taken_twice_loads_both_and_says_so(fakes: Fakes) ->
     pytest.importorskip("ncd_opencl")
     fakes.add("twin-opencl", backend_source("opencl"), entry="opencl")
     reg, warned = load()
-    assert [p.distribution for p in reg.plugins if p.name == "opencl"] == ["ncd-opencl",
-                                                                          "twin-opencl"]
+    assert [p.distribution for p in reg.plugins if p.name == "opencl"] == [
+        "ncd-opencl",
+        "twin-opencl",
+    ]
     assert all(p.status == "loaded" for p in reg.plugins if p.name == "opencl")
     assert type(reg.backend("opencl")).__module__.startswith("ncd_opencl")
-    assert any("entry point 'opencl' is declared by ncd-opencl and twin-opencl" in m
-               for m in warned)
+    assert any(
+        "entry point 'opencl' is declared by ncd-opencl and twin-opencl" in m for m in warned
+    )
 
 
-def test_a_malformed_prefer_entry_is_named_and_ignored(fakes: Fakes,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_malformed_prefer_entry_is_named_and_ignored(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fakes.add("one-dist", backend_source("shared"))
     fakes.add("two-dist", backend_source("shared"))
     monkeypatch.setenv("NCD_PLUGIN_PREFER", " shared = Two_Dist , oops, =x")

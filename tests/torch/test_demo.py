@@ -11,8 +11,12 @@ def _ctx():
     model = ncd.nn.gpt(layers=1).bind(seq=7, d_model=8, heads=2, d_head=4, d_ff=13, vocab=11)
     params = ncd.init(model, seed=0)
     tokens = np.random.default_rng(0).integers(0, 11, 7)
-    return {"model": model, "params": params, "tokens": tokens,
-            "logits": ncd.run(model, tokens, params=params)}
+    return {
+        "model": model,
+        "params": params,
+        "tokens": tokens,
+        "logits": ncd.run(model, tokens, params=params),
+    }
 
 
 def test_demo_step_agrees(capsys):

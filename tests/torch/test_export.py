@@ -24,8 +24,15 @@ def test_export_through_the_registry_gives_a_graph_module():
 def test_one_submodule_per_named_block():
     module = to_module(_gpt())
     names = dict(module.named_modules())
-    for path in ("blocks.0", "blocks.1", "blocks.0.attn", "blocks.0.attn.attention",
-                 "blocks.0.mlp", "blocks.1.ln_2", "ln_f"):
+    for path in (
+        "blocks.0",
+        "blocks.1",
+        "blocks.0.attn",
+        "blocks.0.attn.attention",
+        "blocks.0.mlp",
+        "blocks.1.ln_2",
+        "ln_f",
+    ):
         assert path in names, path
     assert isinstance(names["blocks.0"], torch.fx.GraphModule)
     assert type(names["blocks.0"]).__name__ == "TransformerBlock"
@@ -50,8 +57,9 @@ def test_params_argument_and_mismatch_error():
     model = _gpt()
     params = ncd.init(model, seed=2)
     module = to_module(model, params=params)
-    np.testing.assert_array_equal(module.state_dict()["lm_head.weight"].numpy(),
-                                  params["lm_head.weight"])
+    np.testing.assert_array_equal(
+        module.state_dict()["lm_head.weight"].numpy(), params["lm_head.weight"]
+    )
     with pytest.raises(ncd.ParameterError, match="missing"):
         to_module(model, params={})
 
@@ -86,7 +94,8 @@ MODELS = {
     "rmsnorm": lambda: nn.rmsnorm().over("s").bind(s=7, d_model=13),
     "mha": lambda: nn.multihead_attention().bind(seq=13, d_model=7, heads=1, d_head=7),
     "block_spherical": lambda: nn.transformer_block(spherical=True).bind(
-        seq=7, d_model=12, heads=2, d_head=5, d_ff=13),
+        seq=7, d_model=12, heads=2, d_head=5, d_ff=13
+    ),
     "gpt": _gpt,
 }
 
@@ -97,8 +106,12 @@ def test_every_nn_model_matches_the_reference(name, dtype):
     model = MODELS[name]()
     graph = model.graph
     rng = np.random.default_rng(0)
-    inputs = [rng.integers(0, 11, graph.shape(v)) if graph.values[v].dtype == "int64"
-              else rng.standard_normal(graph.shape(v)).astype(dtype) for v in graph.inputs]
+    inputs = [
+        rng.integers(0, 11, graph.shape(v))
+        if graph.values[v].dtype == "int64"
+        else rng.standard_normal(graph.shape(v)).astype(dtype)
+        for v in graph.inputs
+    ]
     params = ncd.init(model, seed=1, dtype=dtype)
     want = ncd.run(model, *inputs, params=params)
     tdtype = torch.float64 if dtype == np.float64 else torch.float32
@@ -145,7 +158,8 @@ def test_causal_attention_with_unequal_lengths_is_not_fused():
     model = nn.attention(causal=True).bind(q=5, x=9, d=4, v=3)
     module = to_module(model)
     assert "scaled_dot_product_attention" not in module.code + "".join(
-        m.code for m in module.modules() if isinstance(m, torch.fx.GraphModule))
+        m.code for m in module.modules() if isinstance(m, torch.fx.GraphModule)
+    )
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(5, 4), (9, 4), (9, 3)])
     got = module(*(torch.from_numpy(a) for a in (q, k, v))).detach().numpy()

@@ -25,8 +25,14 @@ PIECES = {
     "gelu": lambda: ops.gelu(),
     "l2norm": lambda: ops.l2norm("x"),
 }
-PAIRS = [("scores", "softmax"), ("scaled", "causal"), ("scores", "causal"), ("causal", "softmax"), ("scores", "gelu"),
-         ("softmax", "l2norm")]
+PAIRS = [
+    ("scores", "softmax"),
+    ("scaled", "causal"),
+    ("scores", "causal"),
+    ("causal", "softmax"),
+    ("scores", "gelu"),
+    ("softmax", "l2norm"),
+]
 
 
 def _t(rng, *shape):
@@ -61,7 +67,9 @@ def test_parallel_composition(q, x, d):
 def test_lifting_is_vmap(name, n, q, x, d):
     rng = np.random.default_rng(n * 1000 + q * 100 + x * 10 + d)
     piece = PIECES[name]()
-    args = [_t(rng, n, q, d), _t(rng, n, x, d)] if name in ("scores", "scaled") else [_t(rng, n, q, x)]
+    args = (
+        [_t(rng, n, q, d), _t(rng, n, x, d)] if name in ("scores", "scaled") else [_t(rng, n, q, x)]
+    )
     lifted = to_module(piece.over("h"))(*args)
     mapped = torch.vmap(to_module(piece))(*args)
     torch.testing.assert_close(lifted, mapped, equal_nan=True)

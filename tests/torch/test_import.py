@@ -131,7 +131,10 @@ def test_gpt2_fused_qkv_split_becomes_three_linears():
     assert imported.torch_names["c_attn_1.weight"] == "c_attn.weight[12:24]"
     assert imported.params["c_attn_1.weight"].shape == (3, 4, 12)
     text = imported.model.explain()
-    assert "c_attn_0: [d_model -> heads d_head]" in text and "c_proj: [heads d_head -> d_model]" in text
+    assert (
+        "c_attn_0: [d_model -> heads d_head]" in text
+        and "c_proj: [heads d_head -> d_model]" in text
+    )
 
 
 class NanoAttention(nn.Module):
@@ -139,8 +142,14 @@ class NanoAttention(nn.Module):
     view + transpose, and a registered tril buffer sliced to the sequence and used in
     masked_fill."""
 
-    def __init__(self, d: int = 12, heads: int = 3, block: int = 16, band: bool = False,
-                 fill: float = float("-inf")):
+    def __init__(
+        self,
+        d: int = 12,
+        heads: int = 3,
+        block: int = 16,
+        band: bool = False,
+        fill: float = float("-inf"),
+    ):
         super().__init__()
         self.c_attn, self.c_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.heads, self.fill = heads, fill

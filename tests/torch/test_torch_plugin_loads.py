@@ -16,6 +16,8 @@ def test_plugin_is_registered():
 
 
 def test_loading_the_plugin_does_not_import_torch():
-    code = ("import sys, ncd; r = ncd.plugins.registry(); assert 'torch' in r.backends; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, ncd; r = ncd.plugins.registry(); assert 'torch' in r.backends; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

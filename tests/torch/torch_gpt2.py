@@ -44,7 +44,9 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d_model: int = 12, heads: int = 3, d_ff: int = 29, *, sdpa: bool = True) -> None:
+    def __init__(
+        self, d_model: int = 12, heads: int = 3, d_ff: int = 29, *, sdpa: bool = True
+    ) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(d_model)
         self.attn = SelfAttention(d_model, heads, sdpa=sdpa)
@@ -57,8 +59,16 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, layers: int = 2, *, seq: int = 7, d_model: int = 12, heads: int = 3,
-                 d_ff: int = 29, vocab: int = 11) -> None:
+    def __init__(
+        self,
+        layers: int = 2,
+        *,
+        seq: int = 7,
+        d_model: int = 12,
+        heads: int = 3,
+        d_ff: int = 29,
+        vocab: int = 11,
+    ) -> None:
         super().__init__()
         self.wte = nn.Embedding(vocab, d_model)
         self.wpe = nn.Parameter(torch.randn(seq, d_model) * 0.02)

@@ -19,13 +19,29 @@ from ncd.reference import REFERENCE_RULES, Context, prepare
 
 Rule = Callable[[Any, list[str]], str]
 
-NUMPY_UNARY = {"exp": "np.exp({})", "log": "np.log({})", "sqrt": "np.sqrt({})",
-               "rsqrt": "1.0 / np.sqrt({})", "abs": "np.abs({})", "neg": "-{}",
-               "relu": "np.maximum({}, 0)", "tanh": "np.tanh({})", "square": "np.square({})",
-               "sigmoid": "1.0 / (1.0 + np.exp(-{}))", "silu": "{0} / (1.0 + np.exp(-{0}))",
-               "recip": "1.0 / {}"}
-NUMPY_BINARY = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}",
-                "max": "np.maximum({}, {})", "min": "np.minimum({}, {})", "pow": "{} ** {}"}
+NUMPY_UNARY = {
+    "exp": "np.exp({})",
+    "log": "np.log({})",
+    "sqrt": "np.sqrt({})",
+    "rsqrt": "1.0 / np.sqrt({})",
+    "abs": "np.abs({})",
+    "neg": "-{}",
+    "relu": "np.maximum({}, 0)",
+    "tanh": "np.tanh({})",
+    "square": "np.square({})",
+    "sigmoid": "1.0 / (1.0 + np.exp(-{}))",
+    "silu": "{0} / (1.0 + np.exp(-{0}))",
+    "recip": "1.0 / {}",
+}
+NUMPY_BINARY = {
+    "add": "{} + {}",
+    "sub": "{} - {}",
+    "mul": "{} * {}",
+    "div": "{} / {}",
+    "max": "np.maximum({}, {})",
+    "min": "np.minimum({}, {})",
+    "pow": "{} ** {}",
+}
 
 
 def _einsum(op: ops.Einsum, xs: list[str]) -> str:
@@ -39,7 +55,10 @@ def _einsum(op: ops.Einsum, xs: list[str]) -> str:
 
 def _softmax(op: ops.Softmax, xs: list[str]) -> str:
     x = xs[0]
-    return f"(_e := np.exp({x} - np.max({x}, axis=-1, keepdims=True))) / np.sum(_e, axis=-1, keepdims=True)"
+    return (
+        f"(_e := np.exp({x} - np.max({x}, axis=-1, keepdims=True)))"
+        " / np.sum(_e, axis=-1, keepdims=True)"
+    )
 
 
 RULES: dict[type, Rule] = {
@@ -48,7 +67,8 @@ RULES: dict[type, Rule] = {
     ops.Binary: lambda op, xs: NUMPY_BINARY[op.fn].format(*xs),
     # the constant parenthesised: "-1.5 ** x" would be -(1.5 ** x)
     ops.Scalar: lambda op, xs: NUMPY_BINARY[op.fn].format(
-        *((f"({op.const!r})", xs[0]) if op.reverse else (xs[0], f"({op.const!r})"))),
+        *((f"({op.const!r})", xs[0]) if op.reverse else (xs[0], f"({op.const!r})"))
+    ),
 }
 
 
@@ -73,14 +93,26 @@ def generate(graph: ncd.Graph) -> tuple[str, dict[int, Any]]:
             lines.append(f"    a{k} = np.expand_dims(v{v}.transpose({perm}), {missing})")
             xs.append(f"a{k}")
         rule = extra.get(node.op.kind) or RULES.get(type(node.op))
-        expr = rule(node.op, xs) if rule else (_unary(node.op, xs) if isinstance(node.op, ops.Unary) else None)
+        expr = (
+            rule(node.op, xs)
+            if rule
+            else (_unary(node.op, xs) if isinstance(node.op, ops.Unary) else None)
+        )
         outs = ", ".join(f"v{v}" for v in node.outputs)
         if expr is not None and len(node.outputs) == 1:
             lines.append(f"    {outs} = {expr}")
         else:
             deferred[i] = REFERENCE_RULES[type(node.op)]
-            ps = "{" + ", ".join(f"{p.name!r}: params[{node.param_name(p.name)!r}]" for p in node.op.params()) + "}"
-            lines.append(f"    {outs}, = deferred[{i}](nodes[{i}].op, [{', '.join(xs)}], {ps}, ctx)")
+            ps = (
+                "{"
+                + ", ".join(
+                    f"{p.name!r}: params[{node.param_name(p.name)!r}]" for p in node.op.params()
+                )
+                + "}"
+            )
+            lines.append(
+                f"    {outs}, = deferred[{i}](nodes[{i}].op, [{', '.join(xs)}], {ps}, ctx)"
+            )
         for v in node.outputs:
             lines.append(f"    v{v} = np.broadcast_to(v{v}, {graph.shape(v)})")
     lines.append(f"    return [{', '.join(f'v{v}' for v in graph.outputs)}]")

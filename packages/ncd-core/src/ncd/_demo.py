@@ -29,10 +29,20 @@ def demo(out: str, layers: int = 2) -> int:
     t0 = time.perf_counter()
     logits = ncd.run(model, tokens, params=params)
     dt = time.perf_counter() - t0
-    print(f"\n-- reference interpreter: {len(params)} parameter arrays ({n_params:,} numbers); "
-          f"logits {logits.shape} in {dt * 1e3:.1f} ms, mean {logits.mean():+.4f}, std {logits.std():.4f}")
-    ctx = {"model": model, "unbound": gpt, "params": params, "tokens": tokens, "logits": logits,
-           "out": out, "sizes": sizes}
+    print(
+        f"\n-- reference interpreter: {len(params)} parameter arrays ({n_params:,} numbers); "
+        f"logits {logits.shape} in {dt * 1e3:.1f} ms, mean {logits.mean():+.4f}, "
+        f"std {logits.std():.4f}"
+    )
+    ctx = {
+        "model": model,
+        "unbound": gpt,
+        "params": params,
+        "tokens": tokens,
+        "logits": logits,
+        "out": out,
+        "sizes": sizes,
+    }
     failed = []
     steps = registry().demo_steps_with_owners()
     if not steps:

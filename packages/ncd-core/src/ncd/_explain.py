@@ -32,6 +32,7 @@ def explain(graph: Graph) -> str:
         outs = ", ".join(" ".join(show(a) for a in g) or "()" for g in node.core_out)
         loop = " ".join(show(a) for a in node.loop)
         learned = " *learned*" if node.op.params() else ""
-        lines.append("  " * (len(path) + 1) + f"{node.op.label}: [{ins} -> {outs}] over ({loop}){learned}")
+        lines.append(
+            "  " * (len(path) + 1) + f"{node.op.label}: [{ins} -> {outs}] over ({loop}){learned}"
+        )
     return "\n".join(lines)
-

@@ -201,7 +201,9 @@ class Builder:
         for a in bound.axes():
             self._live.add(a.uid)
         self.nodes.append(
-            Node(bound, tuple(values), tuple(outs), tuple(loop), self.scope, self._path(bound), site)
+            Node(
+                bound, tuple(values), tuple(outs), tuple(loop), self.scope, self._path(bound), site
+            )
         )
         return outs
 
@@ -220,7 +222,10 @@ class Builder:
                 continue
             if t.uid in self._live:
                 raise self._error(
-                    op, site, k, v,
+                    op,
+                    site,
+                    k,
+                    v,
                     f"template axis {t.describe()} is already bound to an axis of the model, "
                     f"but this input does not carry it",
                     "pass inputs that carry that axis, or build a fresh op for this use",
@@ -235,7 +240,10 @@ class Builder:
             missing = ", ".join(t_axes[i].describe() for i in rest_t)
             offered = ", ".join(a.describe() for a in rest_a) or "none"
             raise self._error(
-                op, site, k, v,
+                op,
+                site,
+                k,
+                v,
                 f"template axes {missing} are unmatched and the input offers only {offered}",
                 "compose with a value that carries these axes, or pass the op the Axis objects "
                 "it should use",
@@ -250,7 +258,8 @@ class Builder:
     def _error(self, op: Op, site: str, k: int, v: int, what: str, fix: str) -> AlignmentError:
         return AlignmentError(
             f"cannot align input {k} of {op.label} [{op.core_text()}] (built at {site}) with "
-            f"{self.describe_value(v)}, axes {', '.join(a.describe() for a in self.values[v].axes)}: "
+            f"{self.describe_value(v)}, axes "
+            f"{', '.join(a.describe() for a in self.values[v].axes)}: "
             f"{what}. Fix: {fix}."
         )
 
@@ -265,7 +274,8 @@ class Builder:
             if v is None:
                 raise TraceError(
                     f"an output of {what} is an input that no op reads, so its type is unknown. "
-                    "Fix: give the input a type (ncd.identity(ncd.ArrayType(...)) or trace(inputs=...))."
+                    "Fix: give the input a type (ncd.identity(ncd.ArrayType(...)) or "
+                    "trace(inputs=...))."
                 )
             outs.append(v)
         inputs = []
@@ -287,6 +297,7 @@ class Builder:
             for a in n.op.axes():
                 order.setdefault(self.resolve(a).uid)
         final = {uid: self._axis[uid].with_size(self.sizes.size(uid)) for uid in order}
+
         def fn(a: Axis) -> Axis:
             return final[self.resolve(a).uid]
 
@@ -317,4 +328,3 @@ class Builder:
             tuple(number[v] for v in outs),
             tuple(self.scopes),
         )
-

@@ -25,8 +25,20 @@ from ncd.op import Op
 if TYPE_CHECKING:
     from ncd.sizes import Config
 
-__all__ = ["Def", "GraphTerm", "Over", "Par", "Prim", "Seq", "Term", "Wire", "copy", "discard",
-           "identity", "swap"]
+__all__ = [
+    "Def",
+    "GraphTerm",
+    "Over",
+    "Par",
+    "Prim",
+    "Seq",
+    "Term",
+    "Wire",
+    "copy",
+    "discard",
+    "identity",
+    "swap",
+]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _INTERNAL = {os.path.join(_PKG_DIR, f) for f in ("_term.py", "_trace.py", "_lower.py")}
@@ -56,7 +68,7 @@ class Term:
         self._graph: Graph | None = None
         self._digest: str | None = None
 
-    # -- composition -----------------------------------------------------------------------------
+    # -- composition -------------------------------------------------------------------------------
     def __rshift__(self, other: Term) -> Term:
         return Seq(self, _term("f >> g", other))
 
@@ -73,8 +85,10 @@ class Term:
         """Lift over new leading axes: every input gains them, one instance runs per index."""
         for a in axes:
             if not isinstance(a, Axis | str):
-                raise DefinitionError(f".over() takes axes or axis names, got {show(a)}. Fix: pass "
-                                      "e.g. .over('batch') or .over(ncd.Axis('batch', size=8)).")
+                raise DefinitionError(
+                    f".over() takes axes or axis names, got {show(a)}. Fix: pass "
+                    "e.g. .over('batch') or .over(ncd.Axis('batch', size=8))."
+                )
         return Over(self, tuple(a if isinstance(a, Axis) else Axis(a) for a in axes))
 
     def named(self, name: str, label: str | None = None) -> Term:
@@ -104,7 +118,7 @@ class Term:
             self._graph = lower_term(self)
         return self._graph
 
-    # -- the model API ------------------------------------------------------------------------------
+    # -- the model API -----------------------------------------------------------------------------
     def config(self) -> Config:
         """Free sizes the model exposes, under unique labels."""
         return self.graph.config()
@@ -166,15 +180,18 @@ def graph_of(model: object, what: str) -> Graph:
         return model.graph
     if isinstance(model, Graph):
         return model
-    raise DefinitionError(f"{what} takes a model (an ncd term or graph), got "
-                          f"{type(model).__name__} {show(model)}. Fix: pass e.g. ncd.nn.mlp().")
+    raise DefinitionError(
+        f"{what} takes a model (an ncd term or graph), got "
+        f"{type(model).__name__} {show(model)}. Fix: pass e.g. ncd.nn.mlp()."
+    )
 
 
 def check_seed(seed: object, what: str) -> int:
     """``seed`` if it is an int >= 0, else a ``DefinitionError`` for ``what``."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
-        raise DefinitionError(f"{what}: seed must be an int >= 0, got {show(seed)}. Fix: pass e.g. "
-                              "seed=0.")
+        raise DefinitionError(
+            f"{what}: seed must be an int >= 0, got {show(seed)}. Fix: pass e.g. seed=0."
+        )
     return int(seed)
 
 
@@ -362,8 +379,15 @@ def _replay_input(b: Builder, t: ArrayType, ref: Ref, site: str) -> Ref:
     from ncd.ops._library import View
 
     # Align the stored input type as a template (identity op): binds the graph's axes.
-    b._align(View(t.axes, t.axes, tuple((a,) for a in t.axes), tuple((a,) for a in t.axes),
-                  name="input"), site, 0, t.axes, v)
+    b._align(
+        View(
+            t.axes, t.axes, tuple((a,) for a in t.axes), tuple((a,) for a in t.axes), name="input"
+        ),
+        site,
+        0,
+        t.axes,
+        v,
+    )
     return v
 
 
@@ -382,8 +406,9 @@ class Wire(Term):
 
     __slots__ = ("kind", "perm", "types")
 
-    def __init__(self, kind: str, n_in: int, perm: tuple[int, ...],
-                 types: tuple[ArrayType | None, ...] = ()) -> None:
+    def __init__(
+        self, kind: str, n_in: int, perm: tuple[int, ...], types: tuple[ArrayType | None, ...] = ()
+    ) -> None:
         super().__init__(n_in, len(perm))
         self.kind, self.perm, self.types = kind, perm, types
 
@@ -402,8 +427,10 @@ def identity(*types: ArrayType | Sequence[Axis] | int) -> Term:
     if len(types) == 1 and isinstance(types[0], int) and not isinstance(types[0], bool):
         n = types[0]
         if n < 0:
-            raise DefinitionError(f"identity({show(n)}): the number of wires must be >= 0. Fix: "
-                                  "pass a count such as identity(2).")
+            raise DefinitionError(
+                f"identity({show(n)}): the number of wires must be >= 0. Fix: "
+                "pass a count such as identity(2)."
+            )
         return Wire("identity", n, tuple(range(n)))
     ts = tuple(_array_type(t) for t in types)
     return Wire("identity", len(ts), tuple(range(len(ts))), ts)
@@ -423,7 +450,9 @@ def _array_type(t: object) -> ArrayType:
 def copy(n: int = 2) -> Term:
     """One input, ``n`` identical outputs (using a value twice)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise TraceError(f"copy needs an int n >= 1, got {show(n)}. Fix: copy(2) uses a value twice.")
+        raise TraceError(
+            f"copy needs an int n >= 1, got {show(n)}. Fix: copy(2) uses a value twice."
+        )
     return Wire("copy", 1, (0,) * n)
 
 

@@ -62,15 +62,32 @@ class Tensor:
             return out
         raise TraceError(f"cannot {fn} a symbolic tensor and {type(other).__name__} {other!r}")
 
-    def __add__(self, o: Any) -> Tensor: return self._binary("add", o)
-    def __radd__(self, o: Any) -> Tensor: return self._binary("add", o, True)
-    def __sub__(self, o: Any) -> Tensor: return self._binary("sub", o)
-    def __rsub__(self, o: Any) -> Tensor: return self._binary("sub", o, True)
-    def __mul__(self, o: Any) -> Tensor: return self._binary("mul", o)
-    def __rmul__(self, o: Any) -> Tensor: return self._binary("mul", o, True)
-    def __truediv__(self, o: Any) -> Tensor: return self._binary("div", o)
-    def __rtruediv__(self, o: Any) -> Tensor: return self._binary("div", o, True)
-    def __pow__(self, o: Any) -> Tensor: return self._binary("pow", o)
+    def __add__(self, o: Any) -> Tensor:
+        return self._binary("add", o)
+
+    def __radd__(self, o: Any) -> Tensor:
+        return self._binary("add", o, True)
+
+    def __sub__(self, o: Any) -> Tensor:
+        return self._binary("sub", o)
+
+    def __rsub__(self, o: Any) -> Tensor:
+        return self._binary("sub", o, True)
+
+    def __mul__(self, o: Any) -> Tensor:
+        return self._binary("mul", o)
+
+    def __rmul__(self, o: Any) -> Tensor:
+        return self._binary("mul", o, True)
+
+    def __truediv__(self, o: Any) -> Tensor:
+        return self._binary("div", o)
+
+    def __rtruediv__(self, o: Any) -> Tensor:
+        return self._binary("div", o, True)
+
+    def __pow__(self, o: Any) -> Tensor:
+        return self._binary("pow", o)
 
     def __neg__(self) -> Tensor:
         from ncd import ops
@@ -109,7 +126,9 @@ def apply_term(term: Term, args: Sequence[Any]) -> Any:
 def trace(fn: Callable[..., Any], /) -> Term: ...
 @overload
 def trace(
-    *, inputs: Sequence[ArrayType | Sequence[Axis]] | None = None, name: str | None = None,
+    *,
+    inputs: Sequence[ArrayType | Sequence[Axis]] | None = None,
+    name: str | None = None,
     label: str | None = None,
 ) -> Callable[[Callable[..., Any]], Term]: ...
 
@@ -145,15 +164,19 @@ def _trace(
     from ncd._term import GraphTerm, _array_type, call_site
 
     if inputs is not None and (isinstance(inputs, str) or not isinstance(inputs, Sequence)):
-        raise TraceError(f"trace(inputs=...) takes a list of array types, got {show(inputs)}. Fix: "
-                         "pass e.g. inputs=[ncd.ArrayType((s, d))].")
+        raise TraceError(
+            f"trace(inputs=...) takes a list of array types, got {show(inputs)}. Fix: "
+            "pass e.g. inputs=[ncd.ArrayType((s, d))]."
+        )
     site = call_site()
     if inputs is not None:
         n_in = len(inputs)
     else:
         params = inspect.signature(fn).parameters.values()
         if any(p.kind is p.VAR_POSITIONAL for p in params):
-            raise TraceError(f"{fn.__name__} takes *args: give trace(inputs=[...]) to fix the arity")
+            raise TraceError(
+                f"{fn.__name__} takes *args: give trace(inputs=[...]) to fix the arity"
+            )
         n_in = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
     scope = Scope(name, label if label is not None else name) if name else None
     b = Builder(scope)

@@ -41,7 +41,9 @@ def verify(graph: Graph) -> None:
                 missing = [a.ref for a in core if a not in have]
                 if missing:
                     problems.append(f"{where} input {k} lacks its core axes {missing}")
-        loop_from_inputs = {a for v in node.inputs if 0 <= v < n_values for a in graph.values[v].axes}
+        loop_from_inputs = {
+            a for v in node.inputs if 0 <= v < n_values for a in graph.values[v].axes
+        }
         for a in node.loop:
             if a not in loop_from_inputs:
                 problems.append(f"{where} loops over {a.ref}, which no input carries")

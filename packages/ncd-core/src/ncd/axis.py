@@ -17,8 +17,18 @@ import attrs
 
 from ncd.errors import DefinitionError
 
-__all__ = ["DTYPES", "DTYPE_KINDS", "MAX_SIZE", "ArrayType", "Axis", "AxisLike", "axes",
-           "check_name", "dtype_bytes", "show"]
+__all__ = [
+    "DTYPES",
+    "DTYPE_KINDS",
+    "MAX_SIZE",
+    "ArrayType",
+    "Axis",
+    "AxisLike",
+    "axes",
+    "check_name",
+    "dtype_bytes",
+    "show",
+]
 
 #: The largest size one axis may have (2^62): larger is a typo, and products of such sizes
 #: overflow the 64-bit element counts every backend indexes with.
@@ -38,7 +48,9 @@ DTYPES: dict[str, float] = {
 
 
 #: dtype -> its kind; a wire of one kind never feeds an op input of another (no silent casts).
-DTYPE_KINDS: dict[str, str] = {d: "float" if "float" in d else d.rstrip("0123456789") for d in DTYPES}
+DTYPE_KINDS: dict[str, str] = {
+    d: "float" if "float" in d else d.rstrip("0123456789") for d in DTYPES
+}
 
 
 def dtype_bytes(dtype: str) -> float:
@@ -119,7 +131,8 @@ class Axis:
         return hash(self.uid)
 
     def __repr__(self) -> str:
-        return f"Axis({self.name!r}, uid={self.uid!r}{'' if self.size is None else f', size={self.size}'})"
+        size = "" if self.size is None else f", size={self.size}"
+        return f"Axis({self.name!r}, uid={self.uid!r}{size})"
 
     @property
     def ref(self) -> str:
@@ -133,7 +146,9 @@ class Axis:
     @property
     def colour(self) -> str:
         """A stable ``#rrggbb`` colour derived from the uid (its hue)."""
-        hue = int(self.uid[:6], 16) / float(0xFFFFFF) if _is_hex(self.uid[:6]) else _hash01(self.uid)
+        hue = (
+            int(self.uid[:6], 16) / float(0xFFFFFF) if _is_hex(self.uid[:6]) else _hash01(self.uid)
+        )
         r, g, b = colorsys.hls_to_rgb(hue, 0.45, 0.65)
         return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
 
@@ -163,8 +178,9 @@ def axes(spec: str | Iterable[str], **sizes: int) -> tuple[Axis, ...]:
     elif isinstance(spec, Iterable):
         names = list(spec)
     else:
-        raise DefinitionError(f"ncd.axes takes names like 'q x d', got {show(spec)}. Fix: pass a "
-                              "string.")
+        raise DefinitionError(
+            f"ncd.axes takes names like 'q x d', got {show(spec)}. Fix: pass a string."
+        )
     unknown = set(sizes) - set(names)
     if unknown:
         raise DefinitionError(
@@ -176,8 +192,9 @@ def axes(spec: str | Iterable[str], **sizes: int) -> tuple[Axis, ...]:
 
 def _to_axes(value: Iterable[Axis]) -> tuple[Axis, ...]:
     if not isinstance(value, Iterable) or isinstance(value, str):
-        raise DefinitionError(f"array type axes must be a sequence of Axis, got {show(value)}. "
-                              "Fix: pass e.g. (q, d).")
+        raise DefinitionError(
+            f"array type axes must be a sequence of Axis, got {show(value)}. Fix: pass e.g. (q, d)."
+        )
     return tuple(value)
 
 
@@ -198,9 +215,7 @@ def _distinct(_: Any, __: Any, value: tuple[Axis, ...]) -> None:
 
 def _check_dtype(_: Any, __: Any, value: str) -> None:
     if not isinstance(value, str) or value not in DTYPES:
-        raise DefinitionError(
-            f"unknown dtype {show(value)}. Fix: use one of {', '.join(DTYPES)}."
-        )
+        raise DefinitionError(f"unknown dtype {show(value)}. Fix: use one of {', '.join(DTYPES)}.")
 
 
 @attrs.frozen
@@ -211,7 +226,9 @@ class ArrayType:
     dtype: str = attrs.field(default="float32", validator=_check_dtype)
 
     def __str__(self) -> str:
-        return f"[{' '.join(a.name for a in self.axes)}]" + ("" if self.dtype == "float32" else f":{self.dtype}")
+        return f"[{' '.join(a.name for a in self.axes)}]" + (
+            "" if self.dtype == "float32" else f":{self.dtype}"
+        )
 
     @property
     def is_float(self) -> bool:

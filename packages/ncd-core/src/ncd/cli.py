@@ -17,8 +17,15 @@ from ncd.plugins.interfaces import Command
 from ncd.plugins.precedence import Owner, PluginWarning
 from ncd.plugins.registrations import TARGETED_COMMANDS
 
-__all__ = ["BUILTIN_MODELS", "CORE_COMMANDS", "add_model_arguments", "build_parser", "load_model",
-           "main", "parse_sizes"]
+__all__ = [
+    "BUILTIN_MODELS",
+    "CORE_COMMANDS",
+    "add_model_arguments",
+    "build_parser",
+    "load_model",
+    "main",
+    "parse_sizes",
+]
 
 
 def _builtin_models() -> dict[str, Any]:
@@ -28,8 +35,9 @@ def _builtin_models() -> dict[str, Any]:
         "gpt": lambda: nn.gpt(layers=2),
         "gpt12": lambda: nn.gpt(layers=12),
         "block": lambda: nn.transformer_block(),
-        "attention": lambda: ops.einsum("q d, x d -> q x") >> ops.softmax("x")
-        >> ops.einsum("q x, x v -> q v"),
+        "attention": lambda: (
+            ops.einsum("q d, x d -> q x") >> ops.softmax("x") >> ops.einsum("q x, x v -> q v")
+        ),
         "spherical_attention": lambda: nn.spherical_attention(),
         "mha": lambda: nn.multihead_attention(),
         "mlp": lambda: nn.mlp(),
@@ -61,7 +69,8 @@ def load_model(spec: str, bind: Sequence[str] = ()) -> Any:
             raise NcdError(f"{spec} is not an ncd model (got {type(model).__name__})")
     else:
         raise NcdError(
-            f"unknown model {spec!r}: use one of {', '.join(models)}, module:attribute or a .json file"
+            f"unknown model {spec!r}: use one of {', '.join(models)}, module:attribute or a "
+            ".json file"
         )
     sizes = parse_sizes(bind)
     return model.bind(**sizes) if sizes else model
@@ -80,7 +89,9 @@ def parse_sizes(items: Sequence[str]) -> dict[str, int]:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """``MODEL`` and ``--bind label=size`` (shared by every command that takes a model)."""
-    p.add_argument("model", help=f"built-in ({', '.join(BUILTIN_MODELS)}), module:attr or file.json")
+    p.add_argument(
+        "model", help=f"built-in ({', '.join(BUILTIN_MODELS)}), module:attr or file.json"
+    )
     p.add_argument("--bind", nargs="*", default=[], metavar="LABEL=SIZE", help="bind free sizes")
 
 
@@ -89,8 +100,10 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
     reg = registry()
     rows = [(p.name, p.distribution, p.version, p.status) for p in reg.plugins]
-    w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(("plugin", "distribution",
-                                                                          "version"))]
+    w = [
+        max(len(h), *(len(r[i]) for r in rows))
+        for i, h in enumerate(("plugin", "distribution", "version"))
+    ]
     print(f"{'plugin':<{w[0]}}  {'distribution':<{w[1]}}  {'version':<{w[2]}}  status / hooks")
     for p in reg.plugins:
         print(f"{p.name:<{w[0]}}  {p.distribution:<{w[1]}}  {p.version:<{w[2]}}  {p.status}")
@@ -104,8 +117,10 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     if reg.overrides:
         print("\noverrides (a third party replaces a built-in, as the user allowed):")
         for c in reg.overrides:
-            print(f"  {c.kind} {c.name!r}: {c.winner.describe() if c.winner else '?'} replaces "
-                  f"{' and '.join(o.describe() for o in c.builtins)}")
+            print(
+                f"  {c.kind} {c.name!r}: {c.winner.describe() if c.winner else '?'} replaces "
+                f"{' and '.join(o.describe() for o in c.builtins)}"
+            )
     if reg.collisions:
         print("\ncollisions:")
         for c in reg.collisions:
@@ -157,9 +172,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     target = known.target
     if target is None:
         if len(handlers) != 1:
-            raise NcdError(f"ncd compile needs --target NAME (backends: "
-                           f"{', '.join(sorted(reg.backends))}; with their own options: "
-                           f"{', '.join(sorted(handlers)) or 'none'}). Fix: add --target NAME.")
+            raise NcdError(
+                f"ncd compile needs --target NAME (backends: "
+                f"{', '.join(sorted(reg.backends))}; with their own options: "
+                f"{', '.join(sorted(handlers)) or 'none'}). Fix: add --target NAME."
+            )
         target = next(iter(handlers))
     refused = reg.refused("command").get(f"compile/{target}")
     if refused is not None:
@@ -167,8 +184,13 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     handler = handlers.get(target)
     if handler is None:
         reg.backend(target)  # an unknown target fails here, naming the installed ones
-        handler = Command("compile", f"compile a model for the {target} backend",
-                          add_model_arguments, _compile_generic, target=target)
+        handler = Command(
+            "compile",
+            f"compile a model for the {target} backend",
+            add_model_arguments,
+            _compile_generic,
+            target=target,
+        )
     owner = reg.owner("command", f"compile/{target}")
     p = argparse.ArgumentParser(prog=f"ncd compile --target {target}", description=handler.help)
     what = f"command 'compile --target {target}'"
@@ -203,16 +225,32 @@ def _no_arguments(p: argparse.ArgumentParser) -> None:
 
 #: The core's subcommands, registered by ncd-core's own plugin (``ncd.plugins._builtin``).
 CORE_COMMANDS = (
-    Command("demo", "build a GPT, configure, run and interpret it with every plugin",
-            _configure_demo, _cmd_demo),
-    Command("plugins", "list installed plugins, their versions, hooks, overrides and collisions",
-            _no_arguments, _cmd_plugins),
-    Command("explain", "print a model's ops with core and loop axes, and its config",
-            add_model_arguments, _cmd_explain),
+    Command(
+        "demo",
+        "build a GPT, configure, run and interpret it with every plugin",
+        _configure_demo,
+        _cmd_demo,
+    ),
+    Command(
+        "plugins",
+        "list installed plugins, their versions, hooks, overrides and collisions",
+        _no_arguments,
+        _cmd_plugins,
+    ),
+    Command(
+        "explain",
+        "print a model's ops with core and loop axes, and its config",
+        add_model_arguments,
+        _cmd_explain,
+    ),
     Command("json", "write a model as interchange JSON", _configure_json, _cmd_json),
-    Command("compile", "compile a model for a backend: MODEL --target NAME, then that "
-            "backend's options (ncd compile --target NAME -h lists them)", _no_arguments,
-            _cmd_compile),
+    Command(
+        "compile",
+        "compile a model for a backend: MODEL --target NAME, then that "
+        "backend's options (ncd compile --target NAME -h lists them)",
+        _no_arguments,
+        _cmd_compile,
+    ),
 )
 
 
@@ -228,10 +266,14 @@ def _add_command(sub: Any, cmd: Command, owner: Owner | None) -> None:
         where, fix = "", ""
         if owner is not None:
             where = f" of {owner.describe()}"
-            fix = (f" Fix: report it to the authors of {owner.distribution}, or skip the plugin "
-                   f"with NCD_DISABLE_PLUGINS={owner.plugin}.")
-        message = (f"command {cmd.name!r}{where} is unavailable: its configure() failed with "
-                   f"{type(cause).__name__}: {cause}.{fix}")
+            fix = (
+                f" Fix: report it to the authors of {owner.distribution}, or skip the plugin "
+                f"with NCD_DISABLE_PLUGINS={owner.plugin}."
+            )
+        message = (
+            f"command {cmd.name!r}{where} is unavailable: its configure() failed with "
+            f"{type(cause).__name__}: {cause}.{fix}"
+        )
         warnings.warn(f"ncd: {message}", PluginWarning, stacklevel=2)
         _add_stub(sub, cmd.name, message)
         return
@@ -247,8 +289,9 @@ def _add_stub(sub: Any, name: str, message: str) -> None:
     _add_whole_line(sub, name, f"(unavailable) {message}", fail)
 
 
-def _add_whole_line(sub: Any, name: str, help: str,
-                    run: Callable[[argparse.Namespace], int]) -> None:
+def _add_whole_line(
+    sub: Any, name: str, help: str, run: Callable[[argparse.Namespace], int]
+) -> None:
     """A subcommand that takes the rest of the line as ``args.rest``: no option prefix, so
     ``--n 3`` is taken too (a stub; ``compile``, whose options belong to a per-target handler)."""
     p = sub.add_parser(name, help=help, prefix_chars="\0", add_help=False)
@@ -286,8 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(call(owner, f"command {args.command!r}", args.func, args) or 0)
     except NcdError as e:
         # a PluginError caused by something else wraps a plugin's bug: show where it broke
-        bug = isinstance(e, PluginError) and e.__cause__ is not None and not isinstance(
-            e.__cause__, NcdError)
+        bug = (
+            isinstance(e, PluginError)
+            and e.__cause__ is not None
+            and not isinstance(e.__cause__, NcdError)
+        )
         if bug:
             traceback.print_exception(e.__cause__)
         print(f"ncd: error: {e}", file=sys.stderr)

@@ -168,9 +168,14 @@ def _internal_reduced(graph: Graph, nodes: Sequence[int]) -> list[Axis]:
     return list(found)
 
 
-def _schedule(graph: Graph, nodes: list[int], old: tuple[Axis | None, list[Axis]] | None,
-              unit_grid: list[Axis] | None, what: str,
-              unit: Sequence[int] | None = None) -> tuple[Axis | None, list[Axis]]:
+def _schedule(
+    graph: Graph,
+    nodes: list[int],
+    old: tuple[Axis | None, list[Axis]] | None,
+    unit_grid: list[Axis] | None,
+    what: str,
+    unit: Sequence[int] | None = None,
+) -> tuple[Axis | None, list[Axis]]:
     """(streamed axis, grid) of a merged node set, or ``_Reject`` with the reason."""
     old_stream, old_grid = old if old is not None else (None, [])
     reduced = _internal_reduced(graph, nodes)
@@ -181,11 +186,13 @@ def _schedule(graph: Graph, nodes: list[int], old: tuple[Axis | None, list[Axis]
     # axis whole and the unit maps each element alone (a layernorm's activation).
     unit_set = set(unit or ())
     old_nodes = [i for i in nodes if i not in unit_set]
-    elementwise = bool(unit_set) and all(graph.nodes[i].op.category == "elementwise"
-                                         for i in unit_set)
+    elementwise = bool(unit_set) and all(
+        graph.nodes[i].op.category == "elementwise" for i in unit_set
+    )
     given_up = ("normalise", "whole", *REDUCING) if elementwise else REDUCING
-    reduced_by_old = {a for i in old_nodes for a in _axes(graph, [i])
-                      if role(graph.nodes[i], a) in given_up}
+    reduced_by_old = {
+        a for i in old_nodes for a in _axes(graph, [i]) if role(graph.nodes[i], a) in given_up
+    }
     outs = kernel_io(graph, nodes)[1]
     first_reason = ""
     for stream in options:
@@ -205,7 +212,8 @@ def _schedule(graph: Graph, nodes: list[int], old: tuple[Axis | None, list[Axis]
         if lost:
             first_reason = first_reason or (
                 f"fusing {what} would serialise {', '.join(a.ref for a in lost)}: each instance "
-                "would need all of it")
+                "would need all of it"
+            )
             continue
         return stream, grid
     raise _Reject(first_reason or f"fusing {what} needs more than one streamed axis")
@@ -227,16 +235,24 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
 
     def producer_kernels(unit: list[int]) -> list[int]:
         inside = set(unit)
-        ks = [owner[graph.producers[v]] for i in unit for v in graph.nodes[i].inputs
-              if v in graph.producers and graph.producers[v] not in inside]
+        ks = [
+            owner[graph.producers[v]]
+            for i in unit
+            for v in graph.nodes[i].inputs
+            if v in graph.producers and graph.producers[v] not in inside
+        ]
         return list(dict.fromkeys(ks))
 
     def try_merge(k: int, unit: list[int], vertical: bool) -> bool:
         merged = sorted({*kernels[k], *unit})
         members = set(merged)
         what = " + ".join(graph.nodes[i].op.label for i in unit)
-        crossing = [v for i in unit for v in graph.nodes[i].inputs
-                    if v in graph.producers and owner.get(graph.producers[v]) == k]
+        crossing = [
+            v
+            for i in unit
+            for v in graph.nodes[i].inputs
+            if v in graph.producers and owner.get(graph.producers[v]) == k
+        ]
         for j in producer_kernels(unit):
             if j != k and (k in deps[j]):
                 return False  # merging would put k both before and after j
@@ -245,9 +261,11 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
                 others = [c for c in graph.consumers[v] if c not in members]
                 if others or v in graph.outputs:
                     readers = ", ".join(graph.nodes[c].op.label for c in graph.consumers[v])
-                    raise _Reject(f"value {v} {graph.values[v]} is read by {readers}"
-                                  f"{' and is a model output' if v in graph.outputs else ''}: "
-                                  "it is written to memory once")
+                    raise _Reject(
+                        f"value {v} {graph.values[v]} is read by {readers}"
+                        f"{' and is a model output' if v in graph.outputs else ''}: "
+                        "it is written to memory once"
+                    )
             unit_grid = _grid(graph, unit, None)
             result = _schedule(graph, merged, sched[k], unit_grid, what, unit)
         except _Reject as e:
@@ -272,8 +290,11 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
         done = any(try_merge(k, unit, True) for k in reversed(producer_kernels(unit)))
         if not done:
             reads = {v for i in unit for v in graph.nodes[i].inputs}
-            siblings = [k for k in range(len(kernels)) if k not in producer_kernels(unit)
-                        and reads & set(kernel_io(graph, kernels[k])[0])]
+            siblings = [
+                k
+                for k in range(len(kernels))
+                if k not in producer_kernels(unit) and reads & set(kernel_io(graph, kernels[k])[0])
+            ]
             done = any(try_merge(k, unit, False) for k in reversed(siblings))
         if not done:
             try:
@@ -282,16 +303,23 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
                 result = (None, _grid(graph, unit, None))
             kernels.append(list(unit))
             sched.append(result)
-            deps.append({j for j in producer_kernels(unit)}
-                        | {d for j in producer_kernels(unit) for d in deps[j]})
+            deps.append(
+                {j for j in producer_kernels(unit)}
+                | {d for j in producer_kernels(unit) for d in deps[j]}
+            )
             for i in unit:
                 owner[i] = len(kernels) - 1
     return _assemble(graph, kernels, sched, deps, reasons, tiles or {})
 
 
-def _assemble(graph: Graph, kernels: list[list[int]], sched: list[tuple[Axis | None, list[Axis]]],
-              deps: list[set[int]], reasons: dict[int, str],
-              tiles: dict[Axis | str, int]) -> FusionPlan:
+def _assemble(
+    graph: Graph,
+    kernels: list[list[int]],
+    sched: list[tuple[Axis | None, list[Axis]]],
+    deps: list[set[int]],
+    reasons: dict[int, str],
+    tiles: dict[Axis | str, int],
+) -> FusionPlan:
     """Order kernels topologically, attach partitions and the boundary reasons."""
     order: list[int] = []
     placed: set[int] = set()
@@ -320,8 +348,11 @@ def _assemble(graph: Graph, kernels: list[list[int]], sched: list[tuple[Axis | N
         stream, grid = sched[k]
         alias = _Aliases(graph, nodes)
         roots = set(grid)
-        parts = [Partition(a, "group", tile(alias.root(a)))
-                 for a in _axes(graph, nodes) if alias.root(a) in roots]
+        parts = [
+            Partition(a, "group", tile(alias.root(a)))
+            for a in _axes(graph, nodes)
+            if alias.root(a) in roots
+        ]
         if stream is not None:
             parts.append(Partition(stream, "stream", tile(stream)))
         ins, outs = kernel_io(graph, nodes)
@@ -336,14 +367,21 @@ def _assemble(graph: Graph, kernels: list[list[int]], sched: list[tuple[Axis | N
                 continue
             if len(readers) > 1 or v in graph.outputs:
                 names = ", ".join(out[r].name for r in readers)
-                reason = (f"read by {len(readers)} kernels ({names})"
-                          f"{' and a model output' if v in graph.outputs else ''}: "
-                          "written to memory once")
+                reason = (
+                    f"read by {len(readers)} kernels ({names})"
+                    f"{' and a model output' if v in graph.outputs else ''}: "
+                    "written to memory once"
+                )
             else:
                 later = [c for c in graph.consumers[v] if owner[c] != p]
-                joined = (f"{graph.nodes[later[0]].op.label} joined {out[owner[later[0]]].name}"
-                          if later else "")
-                reason = reasons.get(v, f"{joined} through another input; one kernel cannot "
-                                        "also absorb this producer")
+                joined = (
+                    f"{graph.nodes[later[0]].op.label} joined {out[owner[later[0]]].name}"
+                    if later
+                    else ""
+                )
+                reason = reasons.get(
+                    v,
+                    f"{joined} through another input; one kernel cannot also absorb this producer",
+                )
             bounds.append(Boundary(v, p, tuple(readers), reason))
     return FusionPlan(graph, out, bounds)

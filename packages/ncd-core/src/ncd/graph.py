@@ -44,9 +44,13 @@ class Scope:
 
     @parent.validator
     def _check_parent(self, _: Any, value: int | None) -> None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise DefinitionError(f"a scope's parent must be a scope index or None, got "
-                                  f"{show(value)}. Fix: pass the index of the enclosing scope.")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise DefinitionError(
+                f"a scope's parent must be a scope index or None, got "
+                f"{show(value)}. Fix: pass the index of the enclosing scope."
+            )
 
 
 @attrs.frozen
@@ -181,7 +185,9 @@ class Graph:
         ]
         labels = unique_labels([m[0].name for m, _ in entries])
         free = tuple(SizeVar(lb, tuple(m)) for lb, (m, s) in zip(labels, entries) if s is None)
-        bound = tuple(SizeVar(lb, tuple(m), s) for lb, (m, s) in zip(labels, entries) if s is not None)
+        bound = tuple(
+            SizeVar(lb, tuple(m), s) for lb, (m, s) in zip(labels, entries) if s is not None
+        )
         return Config(free, bound)
 
     def bind(self, sizes: Mapping[str | Axis, int] | None = None, /, **kw: int) -> Graph:
@@ -247,6 +253,9 @@ def _substitute(graph: Graph, new: dict[str, Axis]) -> Graph:
 
     values = tuple(ArrayType(tuple(fn(a) for a in t.axes), t.dtype) for t in graph.values)
     nodes = tuple(
-        attrs.evolve(n, op=n.op.substitute(fn), loop=tuple(fn(a) for a in n.loop)) for n in graph.nodes
+        attrs.evolve(n, op=n.op.substitute(fn), loop=tuple(fn(a) for a in n.loop))
+        for n in graph.nodes
     )
-    return attrs.evolve(graph, axes=tuple(new[a.uid] for a in graph.axes), values=values, nodes=nodes)
+    return attrs.evolve(
+        graph, axes=tuple(new[a.uid] for a in graph.axes), values=values, nodes=nodes
+    )

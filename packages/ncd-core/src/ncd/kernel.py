@@ -187,21 +187,26 @@ def _validate(kernel: Kernel) -> None:
             have = ", ".join(a.ref for a in kernel.axes())
             raise ScheduleError(
                 f"kernel {kernel.name or '?'}: {p} partitions {ax}, which none of its ops "
-                f"touches (it has {have}). Fix: partition one of those axes.")
+                f"touches (it has {have}). Fix: partition one of those axes."
+            )
         if (p.axis.uid, p.level) in seen:
             raise ScheduleError(
                 f"kernel {kernel.name or '?'}: {ax} has two partitions at level {p.level}. "
-                "Fix: keep one partition per axis and level.")
+                "Fix: keep one partition per axis and level."
+            )
         seen.add((p.axis.uid, p.level))
         size = graph.size(p.axis) if p.axis.uid in graph.axis_by_uid else p.axis.size
         if isinstance(p.tile, int) and not isinstance(p.tile, bool):
             if p.tile < 1:
-                raise ScheduleError(f"kernel {kernel.name or '?'}: tile {p.tile} of {ax} must be >= 1")
+                raise ScheduleError(
+                    f"kernel {kernel.name or '?'}: tile {p.tile} of {ax} must be >= 1"
+                )
             if size is not None and size % p.tile and not p.tail:
                 raise ScheduleError(
                     f"kernel {kernel.name or '?'}: tile {p.tile} does not divide {ax} and {p} "
                     f"declares no tail handling. Fix: pick a divisor of {size}, or set tail=True "
-                    "so instances mask the remainder.")
+                    "so instances mask the remainder."
+                )
         if p.kind == "stream":
             analyse_stream(graph, kernel.nodes, p.axis, kernel.outputs)
         elif p.level == 0:
@@ -213,7 +218,8 @@ def _validate(kernel: Kernel) -> None:
                         f"kernel {kernel.name or '?'}: {p} groups {ax}, but {node.op.label} "
                         f"[node {i}] {'reduces' if r in REDUCING else 'needs all of'} it ({r}); "
                         "independent level-0 groups cannot share that. Fix: stream "
-                        f"{p.axis.name}, or group it at level 1 (cooperating workers).")
+                        f"{p.axis.name}, or group it at level 1 (cooperating workers)."
+                    )
 
 
 @attrs.frozen

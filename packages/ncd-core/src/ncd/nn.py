@@ -14,8 +14,16 @@ from ncd._trace import Tensor, trace
 from ncd.axis import ArrayType, Axis, show
 from ncd.errors import DefinitionError
 
-__all__ = ["attention", "gpt", "layernorm", "mlp", "multihead_attention", "rmsnorm",
-           "spherical_attention", "transformer_block"]
+__all__ = [
+    "attention",
+    "gpt",
+    "layernorm",
+    "mlp",
+    "multihead_attention",
+    "rmsnorm",
+    "spherical_attention",
+    "transformer_block",
+]
 
 AxisArg = Axis | int | str | None
 
@@ -24,9 +32,11 @@ def _ax(default: str, value: AxisArg) -> Axis:
     if isinstance(value, Axis):
         return value
     if isinstance(value, bool) or not isinstance(value, int | str | None):
-        raise DefinitionError(f"{default}: expected an Axis, an int size or a name, got "
-                              f"{show(value)}. Fix: pass e.g. {default}=64 or "
-                              f"{default}=ncd.Axis({default!r}).")
+        raise DefinitionError(
+            f"{default}: expected an Axis, an int size or a name, got "
+            f"{show(value)}. Fix: pass e.g. {default}=64 or "
+            f"{default}=ncd.Axis({default!r})."
+        )
     if isinstance(value, int):
         return Axis(default, size=value)
     return Axis(value or default)
@@ -38,8 +48,10 @@ MAX_LAYERS = 4096
 
 def _count(what: str, value: object, low: int, high: int = MAX_LAYERS) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise DefinitionError(f"{what} must be an int in [{low}, {high}], got {show(value)}. Fix: "
-                              "pass an int in that range.")
+        raise DefinitionError(
+            f"{what} must be an int in [{low}, {high}], got {show(value)}. Fix: "
+            "pass an int in that range."
+        )
     return value
 
 
@@ -47,13 +59,22 @@ def _activation(value: object) -> str:
     from ncd.ops import UNARY_FNS
 
     if value not in UNARY_FNS:
-        raise DefinitionError(f"unknown activation {show(value)}. Fix: use one of "
-                              f"{', '.join(UNARY_FNS)}.")
+        raise DefinitionError(
+            f"unknown activation {show(value)}. Fix: use one of {', '.join(UNARY_FNS)}."
+        )
     return str(value)
 
 
-def attention(q: AxisArg = "q", x: AxisArg = "x", d: AxisArg = "d", v: AxisArg = "v", *,
-              scale: bool = True, causal: bool = False, label: str = "attention") -> Term:
+def attention(
+    q: AxisArg = "q",
+    x: AxisArg = "x",
+    d: AxisArg = "d",
+    v: AxisArg = "v",
+    *,
+    scale: bool = True,
+    causal: bool = False,
+    label: str = "attention",
+) -> Term:
     """``softmax(Q K^T / sqrt(d)) V`` in one line: three inputs ``Q[q d], K[x d], V[x v]``."""
     qa, xa, da, va = _ax("q", q), _ax("x", x), _ax("d", d), _ax("v", v)
     t = ops.einsum("q d, x d -> q x", q=qa, x=xa, d=da)
@@ -65,8 +86,15 @@ def attention(q: AxisArg = "q", x: AxisArg = "x", d: AxisArg = "d", v: AxisArg =
     return t.named("attention", label)
 
 
-def spherical_attention(q: AxisArg = "q", x: AxisArg = "x", d: AxisArg = "d", v: AxisArg = "v", *,
-                        causal: bool = False, label: str = "attention") -> Term:
+def spherical_attention(
+    q: AxisArg = "q",
+    x: AxisArg = "x",
+    d: AxisArg = "d",
+    v: AxisArg = "v",
+    *,
+    causal: bool = False,
+    label: str = "attention",
+) -> Term:
     """Attention with the L2 normaliser in place of softmax (no exponentials; scale-free)."""
     qa, xa, da, va = _ax("q", q), _ax("x", x), _ax("d", d), _ax("v", v)
     t = ops.einsum("q d, x d -> q x", q=qa, x=xa, d=da)
@@ -86,8 +114,13 @@ def rmsnorm(axis: AxisArg = "d_model", *, eps: float = 1e-6, label: str = "norm"
     return ops.rmsnorm(_ax("d_model", axis), eps=eps, name="").named("rmsnorm", label)
 
 
-def mlp(d_model: AxisArg = "d_model", d_ff: AxisArg = "d_ff", *, activation: str = "gelu",
-        label: str = "mlp") -> Term:
+def mlp(
+    d_model: AxisArg = "d_model",
+    d_ff: AxisArg = "d_ff",
+    *,
+    activation: str = "gelu",
+    label: str = "mlp",
+) -> Term:
     """``proj(act(fc(x)))`` from ``d_model`` to ``d_ff`` and back."""
     dm, ff = _ax("d_model", d_model), _ax("d_ff", d_ff)
     act = ops.unary(_activation(activation))
@@ -95,15 +128,31 @@ def mlp(d_model: AxisArg = "d_model", d_ff: AxisArg = "d_ff", *, activation: str
     return body.named("mlp", label)
 
 
-def multihead_attention(seq: AxisArg = "seq", d_model: AxisArg = "d_model", heads: AxisArg = "heads",
-                        d_head: AxisArg = "d_head", *, seq_k: AxisArg = "seq_k", causal: bool = True,
-                        spherical: bool = False, label: str = "attn") -> Term:
+def multihead_attention(
+    seq: AxisArg = "seq",
+    d_model: AxisArg = "d_model",
+    heads: AxisArg = "heads",
+    d_head: AxisArg = "d_head",
+    *,
+    seq_k: AxisArg = "seq_k",
+    causal: bool = True,
+    spherical: bool = False,
+    label: str = "attn",
+) -> Term:
     """Self-attention with ``heads`` heads: q/k/v projections, attention lifted over heads, and
     an output projection. Keys run over ``seq_k``, a renamed copy of ``seq`` (same size)."""
-    s, dm, h, dh = _ax("seq", seq), _ax("d_model", d_model), _ax("heads", heads), _ax("d_head", d_head)
+    s, dm, h, dh = (
+        _ax("seq", seq),
+        _ax("d_model", d_model),
+        _ax("heads", heads),
+        _ax("d_head", d_head),
+    )
     key = _ax("seq_k", seq_k)
-    core = (spherical_attention(s, key, dh, dh, causal=causal) if spherical
-            else attention(s, key, dh, dh, causal=causal))
+    core = (
+        spherical_attention(s, key, dh, dh, causal=causal)
+        if spherical
+        else attention(s, key, dh, dh, causal=causal)
+    )
 
     @trace(inputs=[ArrayType((s, dm))], name="multihead_attention", label=label)
     def mha(x: Tensor) -> Tensor:
@@ -115,9 +164,18 @@ def multihead_attention(seq: AxisArg = "seq", d_model: AxisArg = "d_model", head
     return mha
 
 
-def transformer_block(seq: AxisArg = "seq", d_model: AxisArg = "d_model", heads: AxisArg = "heads",
-                      d_head: AxisArg = "d_head", d_ff: AxisArg = "d_ff", *, seq_k: AxisArg = "seq_k",
-                      causal: bool = True, spherical: bool = False, label: str = "block") -> Term:
+def transformer_block(
+    seq: AxisArg = "seq",
+    d_model: AxisArg = "d_model",
+    heads: AxisArg = "heads",
+    d_head: AxisArg = "d_head",
+    d_ff: AxisArg = "d_ff",
+    *,
+    seq_k: AxisArg = "seq_k",
+    causal: bool = True,
+    spherical: bool = False,
+    label: str = "block",
+) -> Term:
     """Pre-norm block: ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``."""
     s, dm = _ax("seq", seq), _ax("d_model", d_model)
     h, dh, ff = _ax("heads", heads), _ax("d_head", d_head), _ax("d_ff", d_ff)
@@ -133,9 +191,17 @@ def transformer_block(seq: AxisArg = "seq", d_model: AxisArg = "d_model", heads:
     return block
 
 
-def gpt(layers: int = 2, *, seq: AxisArg = "seq", d_model: AxisArg = "d_model",
-        heads: AxisArg = "heads", d_head: AxisArg = "d_head", d_ff: AxisArg = "d_ff",
-        vocab: AxisArg = "vocab", spherical: bool = False) -> Term:
+def gpt(
+    layers: int = 2,
+    *,
+    seq: AxisArg = "seq",
+    d_model: AxisArg = "d_model",
+    heads: AxisArg = "heads",
+    d_head: AxisArg = "d_head",
+    d_ff: AxisArg = "d_ff",
+    vocab: AxisArg = "vocab",
+    spherical: bool = False,
+) -> Term:
     """A GPT: token and learned positional embeddings, ``layers`` causal blocks, a final
     LayerNorm and an untied unembedding. Input: token ids ``[seq]``; output: logits
     ``[seq vocab]``."""
@@ -143,8 +209,10 @@ def gpt(layers: int = 2, *, seq: AxisArg = "seq", d_model: AxisArg = "d_model",
     s, dm, h = _ax("seq", seq), _ax("d_model", d_model), _ax("heads", heads)
     dh, ff, vc = _ax("d_head", d_head), _ax("d_ff", d_ff), _ax("vocab", vocab)
     key = Axis("seq_k")
-    blocks = [transformer_block(s, dm, h, dh, ff, seq_k=key, spherical=spherical, label=f"blocks.{i}")
-              for i in range(layers)]
+    blocks = [
+        transformer_block(s, dm, h, dh, ff, seq_k=key, spherical=spherical, label=f"blocks.{i}")
+        for i in range(layers)
+    ]
     ln_f = layernorm(dm, label="ln_f")
 
     @trace(inputs=[ArrayType((s,), "int64")], name="gpt", label="gpt")
@@ -157,14 +225,26 @@ def gpt(layers: int = 2, *, seq: AxisArg = "seq", d_model: AxisArg = "d_model",
     return model
 
 
-def moe(seq: AxisArg = "seq", d_model: AxisArg = "d_model", d_ff: AxisArg = "d_ff",
-        experts: AxisArg = "experts", *, k: int = 2, activation: str = "gelu",
-        label: str = "moe") -> Term:
+def moe(
+    seq: AxisArg = "seq",
+    d_model: AxisArg = "d_model",
+    d_ff: AxisArg = "d_ff",
+    experts: AxisArg = "experts",
+    *,
+    k: int = 2,
+    activation: str = "gelu",
+    label: str = "moe",
+) -> Term:
     """A mixture of experts: a linear router over ``experts``, top-``k`` gates (softmax over the
     k best scores, zero elsewhere) and the gate-weighted sum of the selected expert MLPs."""
     from ncd.ops._routing import Experts, TopKGate
 
-    s, dm, ff, ex = _ax("seq", seq), _ax("d_model", d_model), _ax("d_ff", d_ff), _ax("experts", experts)
+    s, dm, ff, ex = (
+        _ax("seq", seq),
+        _ax("d_model", d_model),
+        _ax("d_ff", d_ff),
+        _ax("experts", experts),
+    )
     router = ops.linear(dm, ex, bias=False, name="router")
     gate = ops.prim(TopKGate(ex, k, name="gate"))
     bank = ops.prim(Experts(ex, dm, ff, k, activation, name="experts"))

@@ -75,28 +75,36 @@ def registrar(table: dict[type, R]) -> Callable[..., Callable[[R], R]]:
 
 def _tuple_of_axes(value: Iterable[Axis]) -> tuple[Axis, ...]:
     if isinstance(value, str | Axis) or not isinstance(value, Iterable):
-        raise DefinitionError(f"expected a sequence of Axis objects, got {show(value)}. Fix: pass "
-                              "Axis objects (ncd.axes) or use the ops.* constructors, which "
-                              "take names.")
+        raise DefinitionError(
+            f"expected a sequence of Axis objects, got {show(value)}. Fix: pass "
+            "Axis objects (ncd.axes) or use the ops.* constructors, which "
+            "take names."
+        )
     out = tuple(value)
     for a in out:
         if not isinstance(a, Axis):
-            raise DefinitionError(f"expected Axis objects, got {show(a)}. Fix: pass Axis objects "
-                                  "(ncd.axes) or use the ops.* constructors, which take names.")
+            raise DefinitionError(
+                f"expected Axis objects, got {show(a)}. Fix: pass Axis objects "
+                "(ncd.axes) or use the ops.* constructors, which take names."
+            )
     return out
 
 
 def _tuple_of_groups(value: Iterable[Iterable[Axis]]) -> tuple[tuple[Axis, ...], ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
-        raise DefinitionError(f"expected groups of Axis objects, got {show(value)}. Fix: pass a "
-                              "tuple of tuples of Axis.")
+        raise DefinitionError(
+            f"expected groups of Axis objects, got {show(value)}. Fix: pass a "
+            "tuple of tuples of Axis."
+        )
     return tuple(_tuple_of_axes(g) for g in value)
 
 
 def _one_axis(value: Axis) -> Axis:
     if not isinstance(value, Axis):
-        raise DefinitionError(f"expected an Axis, got {show(value)}. Fix: pass an Axis object "
-                              "(ncd.Axis) or use the ops.* constructors, which take names.")
+        raise DefinitionError(
+            f"expected an Axis, got {show(value)}. Fix: pass an Axis object "
+            "(ncd.Axis) or use the ops.* constructors, which take names."
+        )
     return value
 
 
@@ -117,8 +125,14 @@ def _as_number(value: Any) -> Any:
         return value
 
 
-def number_field(default: Any = attrs.NOTHING, *, low: float | None = None,
-                 high: float | None = None, high_open: bool = False, fix: str = "") -> Any:
+def number_field(
+    default: Any = attrs.NOTHING,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    high_open: bool = False,
+    fix: str = "",
+) -> Any:
     """A field holding a finite float, optionally within ``[low, high]`` (``high`` excluded when
     ``high_open``). NaN, infinities, bools, numbers too large for a float and non-numbers raise
     ``DefinitionError`` naming the op, the field and the allowed range."""
@@ -132,9 +146,12 @@ def number_field(default: Any = attrs.NOTHING, *, low: float | None = None,
         wanted = "a finite number"
 
     def check(instance: Any, attribute: Any, value: Any) -> None:
-        ok = (isinstance(value, float) and math.isfinite(value)
-              and (low is None or value >= low)
-              and (high is None or (value < high if high_open else value <= high)))
+        ok = (
+            isinstance(value, float)
+            and math.isfinite(value)
+            and (low is None or value >= low)
+            and (high is None or (value < high if high_open else value <= high))
+        )
         if not ok:
             raise DefinitionError(
                 f"{_who(instance)}: {attribute.name} must be {wanted}, got {show(value)}. "

@@ -30,8 +30,10 @@ def init(model: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str, np.nda
     except TypeError:
         float_type = False
     if not float_type:
-        raise DTypeError(f"ncd.init: dtype must be a float type, got {show(dtype)}. Fix: pass "
-                         "dtype=np.float32 (or np.float64).")
+        raise DTypeError(
+            f"ncd.init: dtype must be a float type, got {show(dtype)}. Fix: pass "
+            "dtype=np.float32 (or np.float64)."
+        )
     out: dict[str, np.ndarray] = {}
     limit = memory_limit()
     for name, p in graph.params().items():
@@ -52,7 +54,9 @@ def init(model: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str, np.nda
         elif p.init == "zeros":
             arr = np.zeros(shape)
         else:
-            raise ParameterError(f"parameter {name}: unknown initialiser {p.init!r}. Fix: use "
-                                 "normal, uniform_fan_in, ones or zeros.")
+            raise ParameterError(
+                f"parameter {name}: unknown initialiser {p.init!r}. Fix: use "
+                "normal, uniform_fan_in, ones or zeros."
+            )
         out[name] = arr.astype(dtype)
     return out

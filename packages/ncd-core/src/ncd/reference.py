@@ -74,7 +74,9 @@ UNARY: dict[str, Callable[[Array], Array]] = {
     "neg": np.negative,
     "relu": lambda x: np.maximum(x, 0),
     "gelu": lambda x: (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(x.dtype),
-    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
+    "gelu_tanh": lambda x: (
+        0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    ),
     "silu": lambda x: x / (1.0 + np.exp(-x)),
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "tanh": np.tanh,
@@ -90,7 +92,12 @@ BINARY: dict[str, Callable[[Any, Any], Array]] = {
     "min": np.minimum,
     "pow": np.power,
 }
-REDUCE: dict[str, Callable[..., Array]] = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+REDUCE: dict[str, Callable[..., Array]] = {
+    "sum": np.sum,
+    "max": np.max,
+    "min": np.min,
+    "mean": np.mean,
+}
 
 
 def _trailing(n: int) -> tuple[int, ...]:
@@ -101,7 +108,12 @@ def _trailing(n: int) -> tuple[int, ...]:
 def _einsum(op: L.Einsum, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
     letters: dict[Axis, str] = {}
     for a in (*[a for g in op.inputs for a in g], *op.output):
-        letters.setdefault(a, chr(ord("a") + len(letters)) if len(letters) < 26 else chr(ord("A") + len(letters) - 26))
+        letters.setdefault(
+            a,
+            chr(ord("a") + len(letters))
+            if len(letters) < 26
+            else chr(ord("A") + len(letters) - 26),
+        )
     lhs = ",".join("..." + "".join(letters[a] for a in g) for g in op.inputs)
     rhs = "..." + "".join(letters[a] for a in op.output)
     return [np.einsum(f"{lhs}->{rhs}", *xs, optimize=len(xs) > 2)]
@@ -258,7 +270,8 @@ def evaluate(
     training: bool = False,
     seed: int = 0,
     rules: Mapping[type[Op], Rule] | None = None,
-    node_hook: Callable[[int, Node, list[Array], dict[str, Array], Context], list[Array] | None] | None = None,
+    node_hook: Callable[[int, Node, list[Array], dict[str, Array], Context], list[Array] | None]
+    | None = None,
 ) -> list[Array]:
     """Run a fully sized graph on arrays laid out as its input types; returns its outputs.
 
@@ -307,8 +320,15 @@ def _embedding_ids(op: L.Embedding) -> tuple[tuple[int, Axis], ...]:
 
 #: numpy kinds no wire takes whatever the casting rule: complex, object, bytes, str, void,
 #: datetime, timedelta.
-_NEVER_KINDS = {"c": "complex", "O": "object", "S": "bytes", "U": "str", "V": "void",
-                "M": "datetime", "m": "timedelta"}
+_NEVER_KINDS = {
+    "c": "complex",
+    "O": "object",
+    "S": "bytes",
+    "U": "str",
+    "V": "void",
+    "M": "datetime",
+    "m": "timedelta",
+}
 
 #: wire dtype -> the numpy dtype arrays are checked against (None: numpy has none; any float).
 _NUMPY_DTYPES: dict[str, np.dtype[Any] | None] = {
@@ -344,8 +364,11 @@ def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
         reason = f"casting {dt} to {wire} is not {cast!r}"
     else:
         return
-    fix = ("pass integer ids, e.g. np.asarray(ids).astype(np.int64) after checking they are whole"
-           if integral else f"convert it with np.asarray(x, dtype=np.{wire})")
+    fix = (
+        "pass integer ids, e.g. np.asarray(ids).astype(np.int64) after checking they are whole"
+        if integral
+        else f"convert it with np.asarray(x, dtype=np.{wire})"
+    )
     raise DTypeError(f"{what} has dtype {dt}, but its wire is {wire}: {reason}. Fix: {fix}.")
 
 
@@ -381,11 +404,16 @@ def _as_array(x: Any, what: str) -> Array:
     try:
         return np.asarray(x)
     except (ValueError, TypeError) as e:
-        raise DTypeError(f"{what} is not an array ({e}). Fix: pass a rectangular NumPy array.") from None
+        raise DTypeError(
+            f"{what} is not an array ({e}). Fix: pass a rectangular NumPy array."
+        ) from None
 
 
 def prepare(
-    model: Any, inputs: Sequence[Any], params: Mapping[str, Any] | None, *,
+    model: Any,
+    inputs: Sequence[Any],
+    params: Mapping[str, Any] | None,
+    *,
     cast: Casting = "same_kind",
 ) -> tuple[Graph, list[Array], dict[str, Array]]:
     """Bind free sizes from input shapes and check inputs and parameters against the graph.
@@ -405,7 +433,8 @@ def prepare(
         t = graph.values[v]
         if x.ndim != len(t.axes):
             raise SizeError(
-                f"input {k} must have {len(t.axes)} dims {t} ({', '.join(a.describe() for a in t.axes)}), "
+                f"input {k} must have {len(t.axes)} dims {t} "
+                f"({', '.join(a.describe() for a in t.axes)}), "
                 f"got shape {x.shape}"
             )
         check_dtype(x, t.dtype, f"input {k} {t} ({', '.join(a.describe() for a in t.axes)})", cast)
@@ -426,12 +455,16 @@ def prepare(
         graph.shape(v)  # every input size is now known
     free = graph.config().free
     if free:
-        raise SizeError(f"free sizes left after reading input shapes: {', '.join(map(str, free))}; bind them")
+        raise SizeError(
+            f"free sizes left after reading input shapes: {', '.join(map(str, free))}; bind them"
+        )
     _check_index_inputs(graph, arrays)
     wanted = graph.params()
     if params is not None and not isinstance(params, Mapping):
-        raise ParameterError(f"params must be a mapping of name to array, got "
-                             f"{type(params).__name__}. Fix: pass params=ncd.init(model, seed=0).")
+        raise ParameterError(
+            f"params must be a mapping of name to array, got "
+            f"{type(params).__name__}. Fix: pass params=ncd.init(model, seed=0)."
+        )
     given = dict(params or {})
     missing = [n for n in wanted if n not in given]
     if missing:
@@ -441,13 +474,18 @@ def prepare(
         )
     extra = [n for n in given if n not in wanted]
     if extra:
-        raise ParameterError(f"unexpected parameter(s) {', '.join(extra[:8])}; this model has {len(wanted)}")
+        raise ParameterError(
+            f"unexpected parameter(s) {', '.join(extra[:8])}; this model has {len(wanted)}"
+        )
     out_params: dict[str, Array] = {}
     for n, p in wanted.items():
         arr = _as_array(given[n], f"parameter {n}")
         shape = tuple(graph.size(a) for a in p.axes)
         if arr.shape != shape:
-            raise ParameterError(f"parameter {n} must have shape {shape} (axes {[a.name for a in p.axes]}), got {arr.shape}")
+            raise ParameterError(
+                f"parameter {n} must have shape {shape} (axes {[a.name for a in p.axes]}), "
+                f"got {arr.shape}"
+            )
         check_dtype(arr, "float32", f"parameter {n}", cast)
         out_params[n] = to_wire(arr, "float32")
     return graph, arrays, out_params
@@ -467,8 +505,13 @@ def _check_index_inputs(graph: Graph, arrays: Sequence[Array]) -> None:
                 check_indices(node.op, axis, size, arrays[k], f"the token ids of input {k}")
 
 
-def run(model: Any, *inputs: Any, params: Mapping[str, Any] | None = None, training: bool = False,
-        seed: int = 0) -> Any:
+def run(
+    model: Any,
+    *inputs: Any,
+    params: Mapping[str, Any] | None = None,
+    training: bool = False,
+    seed: int = 0,
+) -> Any:
     """Run a model on NumPy arrays with the reference interpreter.
 
     Free sizes are read from the input shapes. Returns one array, or a tuple for several outputs.

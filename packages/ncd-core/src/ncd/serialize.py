@@ -50,16 +50,18 @@ def graph_to_dict(graph: Graph) -> dict[str, Any]:
             for f in attrs.fields(type(n.op))
             if f.name != "name"
         }
-        nodes.append({
-            "kind": n.op.kind,
-            "name": n.op.name,
-            "fields": fields,
-            "in": list(n.inputs),
-            "out": list(n.outputs),
-            "loop": [axis_index[a.uid] for a in n.loop],
-            "scope": n.scope,
-            "path": n.path,
-        })
+        nodes.append(
+            {
+                "kind": n.op.kind,
+                "name": n.op.name,
+                "fields": fields,
+                "in": list(n.inputs),
+                "out": list(n.outputs),
+                "loop": [axis_index[a.uid] for a in n.loop],
+                "scope": n.scope,
+                "path": n.path,
+            }
+        )
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -155,18 +157,28 @@ def graph_from_dict(data: Any) -> Graph:
 
 def _graph_from_dict(data: Any) -> Graph:
     r = _Reader(data)
-    top = r.obj(data, "$", ("format", "version", "axes", "types", "values", "inputs", "outputs",
-                             "scopes", "nodes"))
+    top = r.obj(
+        data,
+        "$",
+        ("format", "version", "axes", "types", "values", "inputs", "outputs", "scopes", "nodes"),
+    )
     if top["format"] != FORMAT:
         raise r.fail("$.format", f"expected {FORMAT!r}, got {top['format']!r}")
     if isinstance(top["version"], bool) or top["version"] != VERSION:
-        raise r.fail("$.version", f"unsupported version {top['version']!r} (this ncd reads {VERSION})")
+        raise r.fail(
+            "$.version", f"unsupported version {top['version']!r} (this ncd reads {VERSION})"
+        )
     axes: list[Axis] = []
     for i, a in enumerate(r.lst(top["axes"], "$.axes")):
         a = r.obj(a, f"$.axes[{i}]", ("name", "uid", "size"))
         try:
-            axes.append(Axis(r.string(a["name"], f"$.axes[{i}].name"),
-                             uid=r.string(a["uid"], f"$.axes[{i}].uid"), size=a["size"]))
+            axes.append(
+                Axis(
+                    r.string(a["name"], f"$.axes[{i}].name"),
+                    uid=r.string(a["uid"], f"$.axes[{i}].uid"),
+                    size=a["size"],
+                )
+            )
         except (TypeError, ValueError) as e:
             raise r.fail(f"$.axes[{i}]", str(e)) from None
     if len({a.uid for a in axes}) != len(axes):
@@ -174,40 +186,65 @@ def _graph_from_dict(data: Any) -> Graph:
     types: list[ArrayType] = []
     for i, t in enumerate(r.lst(top["types"], "$.types")):
         t = r.obj(t, f"$.types[{i}]", ("axes", "dtype"))
-        idx = [r.index(k, f"$.types[{i}].axes", len(axes)) for k in r.lst(t["axes"], f"$.types[{i}].axes")]
+        idx = [
+            r.index(k, f"$.types[{i}].axes", len(axes))
+            for k in r.lst(t["axes"], f"$.types[{i}].axes")
+        ]
         try:
-            types.append(ArrayType(tuple(axes[k] for k in idx), r.string(t["dtype"], f"$.types[{i}].dtype")))
+            types.append(
+                ArrayType(tuple(axes[k] for k in idx), r.string(t["dtype"], f"$.types[{i}].dtype"))
+            )
         except (TypeError, ValueError) as e:
             raise r.fail(f"$.types[{i}]", str(e)) from None
-    values = [types[r.index(t, f"$.values[{i}]", len(types))] for i, t in enumerate(r.lst(top["values"], "$.values"))]
+    values = [
+        types[r.index(t, f"$.values[{i}]", len(types))]
+        for i, t in enumerate(r.lst(top["values"], "$.values"))
+    ]
     nv = len(values)
     inputs = tuple(r.index(v, "$.inputs", nv) for v in r.lst(top["inputs"], "$.inputs"))
     outputs = tuple(r.index(v, "$.outputs", nv) for v in r.lst(top["outputs"], "$.outputs"))
     scopes: list[Scope] = []
     for i, s in enumerate(r.lst(top["scopes"], "$.scopes")):
         s = r.obj(s, f"$.scopes[{i}]", ("name", "label", "parent"))
-        parent = None if s["parent"] is None else r.index(s["parent"], f"$.scopes[{i}].parent", max(i, 0))
+        parent = (
+            None
+            if s["parent"] is None
+            else r.index(s["parent"], f"$.scopes[{i}].parent", max(i, 0))
+        )
         if (i == 0) != (parent is None):
             raise r.fail(f"$.scopes[{i}].parent", "only the first scope (the root) has no parent")
         try:
-            scopes.append(Scope(r.string(s["name"], f"$.scopes[{i}].name"),
-                                r.string(s["label"], f"$.scopes[{i}].label"), parent))
+            scopes.append(
+                Scope(
+                    r.string(s["name"], f"$.scopes[{i}].name"),
+                    r.string(s["label"], f"$.scopes[{i}].label"),
+                    parent,
+                )
+            )
         except DefinitionError as e:
             raise r.fail(f"$.scopes[{i}]", str(e)) from None
     if not scopes:
         raise r.fail("$.scopes", "the root scope is missing")
-    nodes = [_node(r, n, f"$.nodes[{i}]", axes, nv, len(scopes)) for i, n in enumerate(r.lst(top["nodes"], "$.nodes"))]
+    nodes = [
+        _node(r, n, f"$.nodes[{i}]", axes, nv, len(scopes))
+        for i, n in enumerate(r.lst(top["nodes"], "$.nodes"))
+    ]
     try:
         raw = Graph(tuple(axes), tuple(values), tuple(nodes), inputs, outputs, tuple(scopes))
         raw.verify()
         graph = _replay(raw)
     except NcdError as e:
         raise SerializationError(f"inconsistent ncd JSON: {e}") from None
-    if [t.axes for t in graph.values] != [t.axes for t in raw.values] or \
-            [t.dtype for t in graph.values] != [t.dtype for t in raw.values]:
-        raise SerializationError("inconsistent ncd JSON: stored value types differ from what the ops produce")
+    if [t.axes for t in graph.values] != [t.axes for t in raw.values] or [
+        t.dtype for t in graph.values
+    ] != [t.dtype for t in raw.values]:
+        raise SerializationError(
+            "inconsistent ncd JSON: stored value types differ from what the ops produce"
+        )
     if [n.path for n in graph.nodes] != [n.path for n in raw.nodes]:
-        raise SerializationError("inconsistent ncd JSON: stored parameter paths differ from the scopes")
+        raise SerializationError(
+            "inconsistent ncd JSON: stored parameter paths differ from the scopes"
+        )
     return graph
 
 
@@ -216,7 +253,9 @@ def _node(r: _Reader, n: Any, where: str, axes: list[Axis], nv: int, ns: int) ->
     kind = r.string(n["kind"], f"{where}.kind")
     cls = OP_KINDS.get(kind)
     if cls is None:
-        raise r.fail(f"{where}.kind", f"unknown op kind {kind!r}; is the plugin that defines it installed?")
+        raise r.fail(
+            f"{where}.kind", f"unknown op kind {kind!r}; is the plugin that defines it installed?"
+        )
     fields = r.obj(n["fields"], f"{where}.fields", ())
     spec = {f.name: f for f in attrs.fields(cls) if f.name != "name"}
     if set(fields) != set(spec):
@@ -231,7 +270,9 @@ def _node(r: _Reader, n: Any, where: str, axes: list[Axis], nv: int, ns: int) ->
         elif depth == 2:
             kwargs[key] = tuple(axes[r.index(k, at, len(axes))] for k in r.lst(val, at))
         elif depth == 3:
-            kwargs[key] = tuple(tuple(axes[r.index(k, at, len(axes))] for k in r.lst(g, at)) for g in r.lst(val, at))
+            kwargs[key] = tuple(
+                tuple(axes[r.index(k, at, len(axes))] for k in r.lst(g, at)) for g in r.lst(val, at)
+            )
         elif isinstance(val, str | int | float) or val is None:
             kwargs[key] = val
         else:
@@ -244,7 +285,9 @@ def _node(r: _Reader, n: Any, where: str, axes: list[Axis], nv: int, ns: int) ->
         op,
         tuple(r.index(v, f"{where}.in", nv) for v in r.lst(n["in"], f"{where}.in")),
         tuple(r.index(v, f"{where}.out", nv) for v in r.lst(n["out"], f"{where}.out")),
-        tuple(axes[r.index(a, f"{where}.loop", len(axes))] for a in r.lst(n["loop"], f"{where}.loop")),
+        tuple(
+            axes[r.index(a, f"{where}.loop", len(axes))] for a in r.lst(n["loop"], f"{where}.loop")
+        ),
         r.index(n["scope"], f"{where}.scope", ns),
         r.string(n["path"], f"{where}.path"),
     )

@@ -28,8 +28,10 @@ def memory_limit() -> int:
         try:
             value = int(float(env))
         except (ValueError, OverflowError):
-            raise SizeError(f"NCD_MAX_BYTES={env!r} is not a number of bytes. Fix: set it to an "
-                            "int such as 8e9, or unset it.") from None
+            raise SizeError(
+                f"NCD_MAX_BYTES={env!r} is not a number of bytes. Fix: set it to an "
+                "int such as 8e9, or unset it."
+            ) from None
         if value > 0:
             return value
     try:
@@ -45,8 +47,9 @@ def _bytes_text(n: int) -> str:
     return f"{n} B"
 
 
-def check_bytes(what: str, axes: Sequence[Axis], sizes: Sequence[int], itemsize: int,
-                limit: int | None = None) -> None:
+def check_bytes(
+    what: str, axes: Sequence[Axis], sizes: Sequence[int], itemsize: int, limit: int | None = None
+) -> None:
     """Raise ``SizeError`` before allocating when an array over ``axes`` (of ``sizes``) would
     take more than ``limit`` bytes (default ``memory_limit()``)."""
     limit = memory_limit() if limit is None else limit

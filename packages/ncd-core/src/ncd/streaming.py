@@ -24,8 +24,15 @@ from ncd.graph import Graph, Node
 from ncd.op import Op, registrar
 from ncd.ops import _library as L
 
-__all__ = ["NORMALISER_KINDS", "ROLE_RULES", "REDUCING", "StreamAnalysis", "analyse_stream",
-           "role", "role_rule"]
+__all__ = [
+    "NORMALISER_KINDS",
+    "ROLE_RULES",
+    "REDUCING",
+    "StreamAnalysis",
+    "analyse_stream",
+    "role",
+    "role_rule",
+]
 
 RoleRule = Callable[[Any, Axis], str]
 
@@ -86,8 +93,17 @@ def _normaliser(op: Op, axis: Axis) -> str:
     return "normalise"
 
 
-@role_rule(L.Scale, L.Embedding, L.Constant, L.Learned, L.CausalMask, L.Unary, L.Binary,
-           L.Scalar, L.Dropout)
+@role_rule(
+    L.Scale,
+    L.Embedding,
+    L.Constant,
+    L.Learned,
+    L.CausalMask,
+    L.Unary,
+    L.Binary,
+    L.Scalar,
+    L.Dropout,
+)
 def _mapped(op: Op, axis: Axis) -> str:
     # Scale reads only the size of its axes; masks, sources and lookups keep indices.
     return "map"
@@ -106,8 +122,11 @@ def _view(op: L.View, axis: Axis) -> str:
 
 def is_rename(op: Op) -> bool:
     """A view that only gives one axis a new identity (no data reordering along it)."""
-    return (isinstance(op, L.View) and len(op.in_axes) == len(op.out_axes) == 1
-            and op.in_parts == op.out_parts)
+    return (
+        isinstance(op, L.View)
+        and len(op.in_axes) == len(op.out_axes) == 1
+        and op.in_parts == op.out_parts
+    )
 
 
 class StreamAnalysis:
@@ -133,8 +152,9 @@ def _where(graph: Graph, i: int) -> str:
     return f"{n.op.label}{at} [node {i}, built at {n.site or '?'}]"
 
 
-def analyse_stream(graph: Graph, nodes: Sequence[int], axis: Axis,
-                   outputs: Iterable[int] | None = None) -> StreamAnalysis:
+def analyse_stream(
+    graph: Graph, nodes: Sequence[int], axis: Axis, outputs: Iterable[int] | None = None
+) -> StreamAnalysis:
     """Decide how ``axis`` streams through ``nodes`` (topological order); raise ``ScheduleError``
     naming the op that cannot run on chunks, and the fix."""
     members = set(nodes)
@@ -156,14 +176,16 @@ def analyse_stream(graph: Graph, nodes: Sequence[int], axis: Axis,
         if "acc" in ins and ("chunk" in ins or "norm" in ins):
             raise ScheduleError(
                 f"{where} combines a finished reduction over {ax} with a chunk of {ax}: it needs "
-                f"all of {ax} first. Fix: end the kernel before it, or do not stream {ax}.")
+                f"all of {ax} first. Fix: end the kernel before it, or do not stream {ax}."
+            )
         pending = [norm_kind[v] for v in node.inputs if v in norm_kind]
         if "acc" in ins:
             kind, out = "epilogue", "acc"
         elif r == "whole":
             raise ScheduleError(
                 f"{where} needs all of {ax} at once ({node.op.kind} over it is not streamable). "
-                f"Fix: end the kernel before it, or stream another axis.")
+                f"Fix: end the kernel before it, or stream another axis."
+            )
         elif r == "normalise":
             kind = NORMALISER_KINDS[type(node.op)]
             out = "norm"
@@ -173,7 +195,8 @@ def analyse_stream(graph: Graph, nodes: Sequence[int], axis: Axis,
                     raise ScheduleError(
                         f"{where} reduces a normalised chunk over {ax} with {r}; only a "
                         "contraction completes a normalised contraction. Fix: contract the "
-                        f"normaliser's output over {ax} (attention), or end the kernel before it.")
+                        f"normaliser's output over {ax} (attention), or end the kernel before it."
+                    )
                 kind = pending[0]
             else:
                 kind = r
@@ -184,7 +207,8 @@ def analyse_stream(graph: Graph, nodes: Sequence[int], axis: Axis,
                 raise ScheduleError(
                     f"{where} applies a non-homogeneous map to a normalised chunk over {ax}, which "
                     "does not commute with the pending normalisation. Fix: move it after the "
-                    "contraction, or end the kernel after the normaliser.")
+                    "contraction, or end the kernel after the normaliser."
+                )
             kind, out = "chunk", "norm"
         elif "chunk" in ins or r in ("lift", "map"):
             kind, out = "chunk", "chunk"
@@ -195,16 +219,24 @@ def analyse_stream(graph: Graph, nodes: Sequence[int], axis: Axis,
             state[v] = out
             if out == "norm":
                 norm_kind[v] = pending[0] if pending else kind
-    leaving = set(outputs) if outputs is not None else {
-        v for i in members for v in graph.nodes[i].outputs
-        if v in graph.outputs or any(c not in members for c in graph.consumers[v])}
+    leaving = (
+        set(outputs)
+        if outputs is not None
+        else {
+            v
+            for i in members
+            for v in graph.nodes[i].outputs
+            if v in graph.outputs or any(c not in members for c in graph.consumers[v])
+        }
+    )
     for v in leaving:
         if state.get(v) == "norm":
             i = graph.producers[v]
             raise ScheduleError(
                 f"{_where(graph, i)}: the normaliser over {ax} needs all of {ax} before its output "
                 f"can be written (value {v} leaves the kernel). Fix: stream {ax} into a "
-                "contraction over it (attention) to fuse, or keep the normaliser whole.")
+                "contraction over it (attention) to fuse, or keep the normaliser whole."
+            )
         for c in graph.consumers[v]:
             if c not in members and state.get(v) == "norm":
                 raise ScheduleError(f"value {v} is a pending normalised chunk read outside")

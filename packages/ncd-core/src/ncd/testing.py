@@ -70,28 +70,56 @@ def _a(name: str, size: int) -> Axis:
 def _cases() -> list[Case]:
     cs: list[Case] = []
     for fn in ops.UNARY_FNS:
-        cs.append(Case(f"unary_{fn}", functools.partial(_unary_case, fn),
-                       positive=fn in ("log", "sqrt", "rsqrt", "recip"), tags=frozenset({"elementwise"})))
+        cs.append(
+            Case(
+                f"unary_{fn}",
+                functools.partial(_unary_case, fn),
+                positive=fn in ("log", "sqrt", "rsqrt", "recip"),
+                tags=frozenset({"elementwise"}),
+            )
+        )
     for fn in ops.BINARY_FNS:
+
         def bin_model(fn: str = fn) -> Term:
             r, c = _a("r", 7), _a("c", 13)
             return identity((r, c), (c,)) >> ops.binary(fn)
-        cs.append(Case(f"binary_{fn}_broadcast", bin_model, positive=fn in ("pow", "div"),
-                       tags=frozenset({"elementwise"})))
-        cs.append(Case(f"scalar_{fn}", functools.partial(_scalar_case, fn),
-                       positive=fn == "pow", tags=frozenset({"elementwise"})))
+
+        cs.append(
+            Case(
+                f"binary_{fn}_broadcast",
+                bin_model,
+                positive=fn in ("pow", "div"),
+                tags=frozenset({"elementwise"}),
+            )
+        )
+        cs.append(
+            Case(
+                f"scalar_{fn}",
+                functools.partial(_scalar_case, fn),
+                positive=fn == "pow",
+                tags=frozenset({"elementwise"}),
+            )
+        )
     cs.append(Case("scalar_sub_reverse", lambda: ops.sub(2.0, reverse=True).over(_a("r", 7))))
     cs.append(Case("scale_by_size", lambda: ops.scale(_a("d", 13)).over(_a("r", 7))))
     cs.append(Case("einsum_matmul_7x13x1", lambda: ops.einsum("a b, b c -> a c", a=7, b=13, c=1)))
     cs.append(Case("einsum_matmul_13x7x13", lambda: ops.einsum("a b, b c -> a c", a=13, b=7, c=13)))
-    cs.append(Case("einsum_batched_lifted", lambda: ops.einsum("q d, x d -> q x", q=7, x=13, d=5)
-                   .over(_a("h", 3))))
+    cs.append(
+        Case(
+            "einsum_batched_lifted",
+            lambda: ops.einsum("q d, x d -> q x", q=7, x=13, d=5).over(_a("h", 3)),
+        )
+    )
     cs.append(Case("einsum_outer", lambda: ops.einsum("a, b -> a b", a=7, b=13)))
     cs.append(Case("einsum_transpose", lambda: ops.einsum("a b -> b a", a=7, b=13)))
     cs.append(Case("einsum_two_contracted", lambda: ops.einsum("a b c, b c -> a", a=7, b=3, c=13)))
     cs.append(Case("linear_bias_lifted", lambda: ops.linear("d -> e", d=13, e=7).over(_a("s", 7))))
-    cs.append(Case("linear_nobias_multi", lambda: ops.linear("d -> h e", d=7, h=3, e=5, bias=False)
-                   .over(_a("s", 13))))
+    cs.append(
+        Case(
+            "linear_nobias_multi",
+            lambda: ops.linear("d -> h e", d=7, h=3, e=5, bias=False).over(_a("s", 13)),
+        )
+    )
     for fn in ops.REDUCE_FNS:
         cs.append(Case(f"reduce_{fn}", functools.partial(_reduce_case, fn)))
     cs.append(Case("reduce_two_axes", lambda: ops.sum([_a("a", 7), _a("b", 13)]).over(_a("r", 1))))
@@ -99,32 +127,90 @@ def _cases() -> list[Case]:
     cs.append(Case("softmax_1", lambda: ops.softmax(_a("x", 1)).over(_a("r", 7))))
     cs.append(Case("l2norm", lambda: ops.l2norm(_a("x", 13)).over(_a("r", 7))))
     cs.append(Case("layernorm", lambda: ops.layernorm(_a("d", 13)).over(_a("s", 7))))
-    cs.append(Case("layernorm_plain", lambda: ops.layernorm(_a("d", 7), affine=False).over(_a("s", 13))))
+    cs.append(
+        Case("layernorm_plain", lambda: ops.layernorm(_a("d", 7), affine=False).over(_a("s", 13)))
+    )
     cs.append(Case("rmsnorm", lambda: ops.rmsnorm(_a("d", 13)).over(_a("s", 7))))
-    cs.append(Case("causal_softmax", lambda: (ops.causal_mask(_a("q", 7), _a("x", 13)) >> ops.softmax("x"))))
-    cs.append(Case("embedding", lambda: ops.embedding("vocab -> d", vocab=11, d=7).over(_a("s", 13)),
-                   int_inputs=(0,)))
+    cs.append(
+        Case("causal_softmax", lambda: ops.causal_mask(_a("q", 7), _a("x", 13)) >> ops.softmax("x"))
+    )
+    cs.append(
+        Case(
+            "embedding",
+            lambda: ops.embedding("vocab -> d", vocab=11, d=7).over(_a("s", 13)),
+            int_inputs=(0,),
+        )
+    )
     cs.append(Case("dropout_inference", lambda: ops.dropout(0.5).over(_a("r", 7))))
     cs.append(Case("view_split", lambda: ops.rearrange("s (h e) -> s h e", s=7, h=3, e=5)))
     cs.append(Case("view_merge_permute", lambda: ops.rearrange("a b c -> (c a) b", a=3, b=7, c=5)))
     cs.append(Case("view_rename", lambda: ops.rename(_a("s", 13), "t").over(_a("r", 7))))
-    cs.append(Case("constant_add", lambda: identity([_a("r", 7)]) @ ops.constant(0.5, [_a("c", 13)])
-                   >> ops.add()))
+    cs.append(
+        Case(
+            "constant_add",
+            lambda: identity([_a("r", 7)]) @ ops.constant(0.5, [_a("c", 13)]) >> ops.add(),
+        )
+    )
     cs.append(Case("learned_add", lambda: _learned_add()))
-    cs.append(Case("attention_one_line", lambda: (ops.einsum("q d, x d -> q x") >> ops.softmax("x")
-                   >> ops.einsum("q x, x v -> q v")).bind(q=7, x=13, d=5, v=3), tags=frozenset({"model"})))
-    cs.append(Case("attention_q1", lambda: nn.attention().bind(q=1, x=13, d=7, v=7), tags=frozenset({"model"})))
-    cs.append(Case("attention_causal_lifted", lambda: nn.attention(causal=True).over("h")
-                   .bind(h=2, q=13, x=13, d=7, v=5), tags=frozenset({"model"})))
-    cs.append(Case("spherical_attention", lambda: nn.spherical_attention().bind(q=7, x=13, d=5, v=3),
-                   tags=frozenset({"model"})))
-    cs.append(Case("mlp", lambda: nn.mlp().over("s").bind(s=7, d_model=13, d_ff=29), tags=frozenset({"model"})))
-    cs.append(Case("mha", lambda: nn.multihead_attention().bind(seq=13, d_model=12, heads=3, d_head=4),
-                   tags=frozenset({"model"})))
-    cs.append(Case("transformer_block", lambda: nn.transformer_block().bind(
-        seq=7, d_model=12, heads=2, d_head=5, d_ff=13), tags=frozenset({"model"})))
-    cs.append(Case("gpt_2_layers", lambda: nn.gpt(layers=2).bind(
-        seq=13, d_model=16, heads=2, d_head=8, d_ff=24, vocab=11), int_inputs=(0,), tags=frozenset({"model"})))
+    cs.append(
+        Case(
+            "attention_one_line",
+            lambda: (
+                ops.einsum("q d, x d -> q x") >> ops.softmax("x") >> ops.einsum("q x, x v -> q v")
+            ).bind(q=7, x=13, d=5, v=3),
+            tags=frozenset({"model"}),
+        )
+    )
+    cs.append(
+        Case(
+            "attention_q1",
+            lambda: nn.attention().bind(q=1, x=13, d=7, v=7),
+            tags=frozenset({"model"}),
+        )
+    )
+    cs.append(
+        Case(
+            "attention_causal_lifted",
+            lambda: nn.attention(causal=True).over("h").bind(h=2, q=13, x=13, d=7, v=5),
+            tags=frozenset({"model"}),
+        )
+    )
+    cs.append(
+        Case(
+            "spherical_attention",
+            lambda: nn.spherical_attention().bind(q=7, x=13, d=5, v=3),
+            tags=frozenset({"model"}),
+        )
+    )
+    cs.append(
+        Case(
+            "mlp",
+            lambda: nn.mlp().over("s").bind(s=7, d_model=13, d_ff=29),
+            tags=frozenset({"model"}),
+        )
+    )
+    cs.append(
+        Case(
+            "mha",
+            lambda: nn.multihead_attention().bind(seq=13, d_model=12, heads=3, d_head=4),
+            tags=frozenset({"model"}),
+        )
+    )
+    cs.append(
+        Case(
+            "transformer_block",
+            lambda: nn.transformer_block().bind(seq=7, d_model=12, heads=2, d_head=5, d_ff=13),
+            tags=frozenset({"model"}),
+        )
+    )
+    cs.append(
+        Case(
+            "gpt_2_layers",
+            lambda: nn.gpt(layers=2).bind(seq=13, d_model=16, heads=2, d_head=8, d_ff=24, vocab=11),
+            int_inputs=(0,),
+            tags=frozenset({"model"}),
+        )
+    )
     return cs
 
 

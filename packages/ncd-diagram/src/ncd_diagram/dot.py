@@ -25,8 +25,11 @@ def printable(text: str, keep: str = "") -> str:
     in ``keep``, lone surrogates, U+FFFE/U+FFFF) replaced by U+FFFD. ncd refuses such names at
     construction; this keeps any output valid even so."""
     return "".join(
-        "\ufffd" if (ord(ch) < 32 and ch not in keep) or 0xD800 <= ord(ch) <= 0xDFFF
-        or ord(ch) in (0x7F, 0xFFFE, 0xFFFF) else ch
+        "\ufffd"
+        if (ord(ch) < 32 and ch not in keep)
+        or 0xD800 <= ord(ch) <= 0xDFFF
+        or ord(ch) in (0x7F, 0xFFFE, 0xFFFF)
+        else ch
         for ch in text
     )
 
@@ -197,8 +200,9 @@ def to_dot(d: Diagram, legend: bool = False) -> str:
 
 def _html(text: str) -> str:
     text = printable(text)
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;"))
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
 
 
 def pipe(dot: str, fmt: str) -> bytes:

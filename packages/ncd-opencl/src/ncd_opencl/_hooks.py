@@ -26,8 +26,16 @@ def ncd_register_commands() -> list[Any]:
     from ncd.plugins.interfaces import Command
     from ncd_opencl import cli
 
-    return [Command("compile", "generate fused OpenCL kernels for a model (--emit DIR writes "
-                    "the sources and the plan)", cli.configure, cli.run, target="opencl")]
+    return [
+        Command(
+            "compile",
+            "generate fused OpenCL kernels for a model (--emit DIR writes "
+            "the sources and the plan)",
+            cli.configure,
+            cli.run,
+            target="opencl",
+        )
+    ]
 
 
 @hookimpl

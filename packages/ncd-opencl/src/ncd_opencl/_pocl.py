@@ -68,7 +68,7 @@ def ensure_usable_pocl(cache: str) -> str | None:
         with open(lib, "rb") as f:
             blob = bytearray(f.read())
         for m in list(re.finditer(rb"generic\x00", blob)):
-            blob[m.start(): m.start() + 7] = b"skylake"
+            blob[m.start() : m.start() + 7] = b"skylake"
         tmp = f"{patched}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             f.write(blob)

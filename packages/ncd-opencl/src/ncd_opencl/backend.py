@@ -54,18 +54,24 @@ def check_fits(graph: Graph, gen: Any, device: Any) -> None:
         if nbytes > limit:
             desc, hint = _describe(graph, kind, what)
             axes = ", ".join(a.describe() for a in b.axes)
-            raise SizeError(f"{desc} over ({axes}) needs {nbytes:,} bytes ({_mb(nbytes)}) in one "
-                            f"buffer; OpenCL device {device.name.strip()!r} allows at most "
-                            f"{limit:,} bytes ({_mb(limit)}, CL_DEVICE_MAX_MEM_ALLOC_SIZE). "
-                            f"{fix}{hint}.")
+            raise SizeError(
+                f"{desc} over ({axes}) needs {nbytes:,} bytes ({_mb(nbytes)}) in one "
+                f"buffer; OpenCL device {device.name.strip()!r} allows at most "
+                f"{limit:,} bytes ({_mb(limit)}, CL_DEVICE_MAX_MEM_ALLOC_SIZE). "
+                f"{fix}{hint}."
+            )
     total = sum(n for n, _ in sizes.values())
     if total > memory:
         big = sorted(sizes.items(), key=lambda kv: -kv[1][0])[:3]
-        names = "; ".join(f"{w} over ({', '.join(a.describe() for a in b.axes)}): {_mb(n)}"
-                          for (_, w), (n, b) in big)
-        raise SizeError(f"the kernels need {total:,} bytes ({_mb(total)}) of buffers; OpenCL "
-                        f"device {device.name.strip()!r} has {memory:,} bytes ({_mb(memory)}, "
-                        f"CL_DEVICE_GLOBAL_MEM_SIZE). Largest: {names}. {fix}.")
+        names = "; ".join(
+            f"{w} over ({', '.join(a.describe() for a in b.axes)}): {_mb(n)}"
+            for (_, w), (n, b) in big
+        )
+        raise SizeError(
+            f"the kernels need {total:,} bytes ({_mb(total)}) of buffers; OpenCL "
+            f"device {device.name.strip()!r} has {memory:,} bytes ({_mb(memory)}, "
+            f"CL_DEVICE_GLOBAL_MEM_SIZE). Largest: {names}. {fix}."
+        )
 
 
 def _describe(graph: Graph, kind: str, what: Any) -> tuple[str, str]:
@@ -78,8 +84,10 @@ def _describe(graph: Graph, kind: str, what: Any) -> tuple[str, str]:
     if what in graph.outputs:
         return f"output {graph.outputs.index(what)} {t}", ""
     op = next((n.op.label for n in graph.nodes if what in n.outputs), "?")
-    return (f"the intermediate {t} written by {op}",
-            " (fuse=True keeps intermediates like it on chip where the plan allows)")
+    return (
+        f"the intermediate {t} written by {op}",
+        " (fuse=True keeps intermediates like it on chip where the plan allows)",
+    )
 
 
 class Compiled:
@@ -87,8 +95,15 @@ class Compiled:
     Not thread-safe by itself: ``OpenCLExecutable`` serialises the calls (kernel objects'
     arguments and the intermediate buffers are shared between launches)."""
 
-    def __init__(self, graph: Graph, device: str | None, fast_math: bool, fuse: bool | str,
-                 tiled: bool, local_memory: bool | None = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        device: str | None,
+        fast_math: bool,
+        fuse: bool | str,
+        tiled: bool,
+        local_memory: bool | None = None,
+    ) -> None:
         import pyopencl as cl
 
         from ncd_opencl.generate import generate
@@ -132,8 +147,11 @@ class Compiled:
             return buf
         data = np.ascontiguousarray(arr, dtype=np.float32)
         last = hit[2] if hit is not None else None
-        if last is not None and last.shape == data.shape and np.array_equal(
-                last.view(np.uint32), data.view(np.uint32)):
+        if (
+            last is not None
+            and last.shape == data.shape
+            and np.array_equal(last.view(np.uint32), data.view(np.uint32))
+        ):
             self.params[name] = (arr, hit[1], last)  # type: ignore[index]
             return hit[1]  # type: ignore[index]
         buf = cl.Buffer(self.ctx, mf.READ_ONLY, max(4, data.nbytes))
@@ -142,8 +160,9 @@ class Compiled:
         self.params[name] = (arr, buf, data.copy() if data is arr else data)
         return buf
 
-    def profile(self, arrays: list[np.ndarray], params: dict[str, np.ndarray],
-                reps: int = 3) -> dict[str, float]:
+    def profile(
+        self, arrays: list[np.ndarray], params: dict[str, np.ndarray], reps: int = 3
+    ) -> dict[str, float]:
         """Median seconds per kernel (each launch waited for), after one warm-up run."""
         import time
 
@@ -157,8 +176,14 @@ class Compiled:
                 times[src.name].append(time.perf_counter() - t0)
         return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
-    def _launch(self, kern: Any, src: Any, params: dict[str, np.ndarray],
-                values: dict[int, Any] | None = None, bufs: dict[str, Any] | None = None) -> None:
+    def _launch(
+        self,
+        kern: Any,
+        src: Any,
+        params: dict[str, np.ndarray],
+        values: dict[int, Any] | None = None,
+        bufs: dict[str, Any] | None = None,
+    ) -> None:
         values = self.values if values is None else values
         bufs = {} if bufs is None else bufs  # each parameter resolved once per call
         args = []
@@ -171,8 +196,12 @@ class Compiled:
                 args.append(bufs[b.param])
         kern(self.queue, src.global_size, src.local_size, *args)
 
-    def run(self, arrays: list[np.ndarray], params: dict[str, np.ndarray],
-            out: list[np.ndarray] | None = None) -> list[np.ndarray]:
+    def run(
+        self,
+        arrays: list[np.ndarray],
+        params: dict[str, np.ndarray],
+        out: list[np.ndarray] | None = None,
+    ) -> list[np.ndarray]:
         """Inputs in, outputs out (into ``out`` when given, checked by ``check_out``). On a
         device sharing host memory (PoCL's CPU device) the kernels read the input arrays and
         write the output arrays in place (``USE_HOST_PTR`` buffers, mapped once at the end for
@@ -194,8 +223,13 @@ class Compiled:
         first: dict[int, int] = {}  # value -> the first output slot holding it
         for k, v in enumerate(g.outputs):
             host = out[k] if out is not None else np.empty(g.shape(v), dtype=_dtype(g, v))
-            if (v in values and v not in g.inputs and v not in first and self.zero_copy
-                    and host.nbytes):
+            if (
+                v in values
+                and v not in g.inputs
+                and v not in first
+                and self.zero_copy
+                and host.nbytes
+            ):
                 values[v] = cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
                 mapped.append((values[v], host))
             first.setdefault(v, k)
@@ -211,8 +245,9 @@ class Compiled:
             elif not any(host is h for _, h in mapped):
                 cl.enqueue_copy(self.queue, host, values[v])
         for buf, host in mapped:
-            view, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.READ, 0, host.shape,
-                                            host.dtype)
+            view, _ = cl.enqueue_map_buffer(
+                self.queue, buf, cl.map_flags.READ, 0, host.shape, host.dtype
+            )
             view.base.release(self.queue)
         self.queue.finish()
         for k, v in enumerate(g.outputs):
@@ -233,38 +268,57 @@ def check_out(g: Graph, out: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
     outs = [out] if isinstance(out, np.ndarray) else list(out)
     if len(outs) != len(g.outputs):
-        raise SizeError(f"out= holds {len(outs)} array(s); the model has {len(g.outputs)} "
-                        "output(s). Fix: pass one array per output, in order.")
+        raise SizeError(
+            f"out= holds {len(outs)} array(s); the model has {len(g.outputs)} "
+            "output(s). Fix: pass one array per output, in order."
+        )
     for k, (v, arr) in enumerate(zip(g.outputs, outs, strict=True)):
         want, dt = g.shape(v), np.dtype(_dtype(g, v))
         axes = ", ".join(a.describe() for a in g.values[v].axes)
         if not isinstance(arr, np.ndarray) or arr.shape != want or arr.dtype != dt:
             got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
-            raise SizeError(f"out[{k}] is {got}; output {k} is {want} {dt} over ({axes}). "
-                            f"Fix: pass numpy.empty({want}, numpy.{dt}).")
+            raise SizeError(
+                f"out[{k}] is {got}; output {k} is {want} {dt} over ({axes}). "
+                f"Fix: pass numpy.empty({want}, numpy.{dt})."
+            )
         if not arr.flags.c_contiguous or not arr.flags.writeable:
-            raise SizeError(f"out[{k}] must be C-contiguous and writeable (output {k} over "
-                            f"({axes})). Fix: pass numpy.empty({want}, numpy.{dt}).")
+            raise SizeError(
+                f"out[{k}] must be C-contiguous and writeable (output {k} over "
+                f"({axes})). Fix: pass numpy.empty({want}, numpy.{dt})."
+            )
         if any(np.shares_memory(arr, x) for x in inputs):
-            raise SizeError(f"out[{k}] shares memory with an input; kernels read their inputs "
-                            "while writing outputs. Fix: give a separate array.")
+            raise SizeError(
+                f"out[{k}] shares memory with an input; kernels read their inputs "
+                "while writing outputs. Fix: give a separate array."
+            )
         for j in range(k):
             if np.shares_memory(arr, outs[j]):
-                raise SizeError(f"out[{k}] shares memory with out[{j}]; one output would "
-                                f"overwrite the other (output {k} over ({axes})). Fix: give "
-                                "each output its own array.")
+                raise SizeError(
+                    f"out[{k}] shares memory with out[{j}]; one output would "
+                    f"overwrite the other (output {k} over ({axes})). Fix: give "
+                    "each output its own array."
+                )
     return outs
 
 
 class OpenCLExecutable(Executable):
-    def __init__(self, model: Any, device: str | None = None, fast_math: bool = False,
-                 fuse: bool | str = True, tiled: bool = True,
-                 local_memory: bool | None = None, max_builds: int = 8) -> None:
+    def __init__(
+        self,
+        model: Any,
+        device: str | None = None,
+        fast_math: bool = False,
+        fuse: bool | str = True,
+        tiled: bool = True,
+        local_memory: bool | None = None,
+        max_builds: int = 8,
+    ) -> None:
         from ncd.errors import SizeError
 
         if not isinstance(max_builds, int) or max_builds < 1:
-            raise SizeError(f"max_builds={max_builds!r}: an executable must keep at least one "
-                            "build. Fix: pass max_builds >= 1 (default 8).")
+            raise SizeError(
+                f"max_builds={max_builds!r}: an executable must keep at least one "
+                "build. Fix: pass max_builds >= 1 (default 8)."
+            )
         self.model = model
         self.options = (device, fast_math, fuse, tiled, local_memory)
         self.max_builds = max_builds

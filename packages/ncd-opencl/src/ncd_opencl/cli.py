@@ -16,11 +16,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     from ncd.cli import add_model_arguments
 
     add_model_arguments(p)
-    p.add_argument("--target", default="opencl", choices=["opencl"],
-                   help="code generator (this command is provided by ncd-opencl)")
+    p.add_argument(
+        "--target",
+        default="opencl",
+        choices=["opencl"],
+        help="code generator (this command is provided by ncd-opencl)",
+    )
     p.add_argument("--emit", metavar="DIR", help="write kernel sources, plan.json and plan.txt")
-    p.add_argument("--fuse", default="ncd", choices=list(_FUSE),
-                   help="planner: ncd.fuse (default), the local fallback, or one kernel per op")
+    p.add_argument(
+        "--fuse",
+        default="ncd",
+        choices=list(_FUSE),
+        help="planner: ncd.fuse (default), the local fallback, or one kernel per op",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +59,9 @@ def demo_step(ctx: dict[str, Any]) -> None:
     exe(tokens, params=params)
     steady = time.perf_counter() - t0
     compiled = exe.compiled(ncd.reference.prepare(model, [tokens], params)[0])  # type: ignore[attr-defined]
-    print(f"opencl on {compiled.device.name.strip()}: {len(compiled.gen.kernels)} kernels "
-          f"for {len(model.graph.nodes)} ops; max |logits - reference| = "
-          f"{float(np.max(np.abs(got - want))):.2e}; first call {first:.2f} s "
-          f"(generate + build), then {steady * 1e3:.1f} ms")
+    print(
+        f"opencl on {compiled.device.name.strip()}: {len(compiled.gen.kernels)} kernels "
+        f"for {len(model.graph.nodes)} ops; max |logits - reference| = "
+        f"{float(np.max(np.abs(got - want))):.2e}; first call {first:.2f} s "
+        f"(generate + build), then {steady * 1e3:.1f} ms"
+    )

@@ -60,8 +60,9 @@ def templates(tiled: bool = True, local: bool = False) -> list[Any]:
     return out
 
 
-def generate(graph: Graph, *, fuse: bool | str = True, tiled: bool = True,
-             local: bool = False) -> Generated:
+def generate(
+    graph: Graph, *, fuse: bool | str = True, tiled: bool = True, local: bool = False
+) -> Generated:
     """``local``: stage matmul tiles in ``__local`` memory (for devices where it is dedicated
     on-chip memory; ``ncd_opencl.backend`` decides from the device)."""
     plan = plan_for(graph, fuse)
@@ -73,8 +74,11 @@ def generate(graph: Graph, *, fuse: bool | str = True, tiled: bool = True,
     for k in plan.kernels:
         src = render_kernel(k, OPENCL, rules, layouts, tpl)
         if src.name in seen:  # kernel names must be unique within one program
-            src = attrs.evolve(src, name=f"{src.name}_{len(seen)}",
-                               text=src.text.replace(f" {src.name}(", f" {src.name}_{len(seen)}(", 1))
+            src = attrs.evolve(
+                src,
+                name=f"{src.name}_{len(seen)}",
+                text=src.text.replace(f" {src.name}(", f" {src.name}_{len(seen)}(", 1),
+            )
         seen.add(src.name)
         kernels.append(src)
     return Generated(graph, plan, tuple(_share(kernels)), layouts)

@@ -40,28 +40,37 @@ def plan_dict(gen: Generated) -> dict[str, Any]:
     kernels: list[dict[str, Any]] = []
     for src in gen.kernels:
         k = src.kernel
-        kernels.append({
-            "name": src.name,
-            "style": src.style,
-            "ops": [f"{g.nodes[i].op.label} [{g.nodes[i].path or g.nodes[i].op.kind}]" for i in k.nodes],
-            "partitions": [str(p) for p in k.partitions],
-            "reads": [f"{v} {g.values[v]}" for v in k.inputs],
-            "writes": [f"{v} {g.values[v]}" for v in k.outputs],
-            "params": [b.param for b in src.buffers if b.param is not None],
-            "global_size": list(src.global_size),
-            "local_size": list(src.local_size) if src.local_size else None,
-            "bytes": kernel_bytes(g, src),
-            "source": f"{src.name}.cl",
-            "plan_kernel": k.name,
-        })
+        kernels.append(
+            {
+                "name": src.name,
+                "style": src.style,
+                "ops": [
+                    f"{g.nodes[i].op.label} [{g.nodes[i].path or g.nodes[i].op.kind}]"
+                    for i in k.nodes
+                ],
+                "partitions": [str(p) for p in k.partitions],
+                "reads": [f"{v} {g.values[v]}" for v in k.inputs],
+                "writes": [f"{v} {g.values[v]}" for v in k.outputs],
+                "params": [b.param for b in src.buffers if b.param is not None],
+                "global_size": list(src.global_size),
+                "local_size": list(src.local_size) if src.local_size else None,
+                "bytes": kernel_bytes(g, src),
+                "source": f"{src.name}.cl",
+                "plan_kernel": k.name,
+            }
+        )
     predicted = perf_bytes(gen)
     for row in kernels:
         if row["name"] in predicted:
             row["bytes"]["ncd_perf"] = predicted[row["name"]]
     total = sum(row["bytes"]["total"] for row in kernels)
-    return {"kernels": kernels, "total_bytes": total,
-            "boundaries": [f"value {b.value} {g.values[b.value]}: {b.reason}"
-                           for b in gen.plan.boundaries]}
+    return {
+        "kernels": kernels,
+        "total_bytes": total,
+        "boundaries": [
+            f"value {b.value} {g.values[b.value]}: {b.reason}" for b in gen.plan.boundaries
+        ],
+    }
 
 
 def perf_bytes(gen: Generated, machine: str = "cpu") -> dict[str, int]:
@@ -92,8 +101,11 @@ def emit(gen: Generated, out: str) -> list[str]:
             f.write(src.text)
         written.append(path)
     plan = plan_dict(gen)
-    for name, text in (("program.cl", gen.source), ("plan.json", json.dumps(plan, indent=1)),
-                       ("plan.txt", describe(plan))):
+    for name, text in (
+        ("program.cl", gen.source),
+        ("plan.json", json.dumps(plan, indent=1)),
+        ("plan.txt", describe(plan)),
+    ):
         path = os.path.join(out, name)
         with open(path, "w") as f:
             f.write(text)
@@ -106,7 +118,9 @@ def describe(plan: dict[str, Any]) -> str:
     for k in plan["kernels"]:
         b = k["bytes"]
         perf = f" (ncd-perf {b['ncd_perf'] / 1e6:.3f})" if "ncd_perf" in b else ""
-        lines.append(f"  {k['name']:<40} {k['style']:<9} {b['total'] / 1e6:10.3f} MB{perf}  "
-                     f"({', '.join(k['ops'])})")
+        lines.append(
+            f"  {k['name']:<40} {k['style']:<9} {b['total'] / 1e6:10.3f} MB{perf}  "
+            f"({', '.join(k['ops'])})"
+        )
     lines.extend(f"  boundary {b}" for b in plan["boundaries"])
     return "\n".join(lines) + "\n"

@@ -33,7 +33,7 @@ KL = 32  # contracted elements per __local tile (local staging)
 
 def _contiguous(buf: Any, axes: tuple[Axis, ...], sizes: dict[Axis, int]) -> bool:
     """The axes are the buffer's last ones, in order (one unit-stride run)."""
-    return tuple(buf.axes[len(buf.axes) - len(axes):]) == tuple(axes)
+    return tuple(buf.axes[len(buf.axes) - len(axes) :]) == tuple(axes)
 
 
 def tiled_template_local(gen: KernelGen) -> KernelSource | None:
@@ -46,8 +46,12 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     k = gen.kernel
     nodes = [g.nodes[i] for i in k.nodes]
     renames = k.aliases
-    heavy = [n for n in nodes if n.op.category != "elementwise"
-             and not (n.op.category == "view" and n.op.out_axes[0] in renames)]  # type: ignore[attr-defined]
+    heavy = [
+        n
+        for n in nodes
+        if n.op.category != "elementwise"
+        and not (n.op.category == "view" and n.op.out_axes[0] in renames)
+    ]  # type: ignore[attr-defined]
     if len(heavy) != 1 or not isinstance(heavy[0].op, L.Linear) or k.streamed:
         return None
     lin = heavy[0]
@@ -86,7 +90,9 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         w.line(f"const {it} {m} = min(mb * {RM} + {i}, {gen.index_lit(msz - 1)});")
         env = _split(gen, m_axes, m)
         rows.append((m, env))
-        w.line(f"{gen.dialect.global_} const float* a{i} = {xb.name} + {xb.address({**env, **zero})};")
+        w.line(
+            f"{gen.dialect.global_} const float* a{i} = {xb.name} + {xb.address({**env, **zero})};"
+        )
     for j in range(RN):
         n = gen.unique(f"n{j}")
         w.line(f"const {it} {n} = min(nb * {RN} + {j}, {gen.index_lit(nsz - 1)});")
@@ -103,13 +109,20 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     if local:
         _local_tiles(gen, xb, wb, m_axes, n_axes, op.in_axes, msz, nsz, kdim)
     else:
-        with (w.block(f"for ({it} k0 = 0; k0 < {kv}; k0 += {KC})"),
-              w.block(f"for ({it} k = k0; k < min(k0 + {gen.index_lit(KC)}, "
-                      f"{gen.index_lit(kv)}); k += {VW})")):
+        with (
+            w.block(f"for ({it} k0 = 0; k0 < {kv}; k0 += {KC})"),
+            w.block(
+                f"for ({it} k = k0; k < min(k0 + {gen.index_lit(KC)}, "
+                f"{gen.index_lit(kv)}); k += {VW})"
+            ),
+        ):
             # pointer casts, not vload8: PoCL's vload8 is a library call
             g_ = gen.dialect.global_
-            _multiply(gen, lambda i: f"*({g_} const {vt}*)(a{i} + k)",
-                      lambda j: f"*({g_} const {vt}*)(b{j} + k)")
+            _multiply(
+                gen,
+                lambda i: f"*({g_} const {vt}*)(a{i} + k)",
+                lambda j: f"*({g_} const {vt}*)(b{j} + k)",
+            )
     sums = {}
     for i in range(RM):
         for j in range(RN):
@@ -130,7 +143,8 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                 s = sums[i, j]
                 with w.block(f"if ({guard})"):
                     gen.bound[out_v] = lambda index, s=s: (
-                        f"({s} + {gen.param(lin, 'bias', index)})" if op.bias else s)
+                        f"({s} + {gen.param(lin, 'bias', index)})" if op.bias else s
+                    )
                     for v in k.outputs:
                         gen.write(v, env, [])
     gsize = (-(-nb // WG_N) * WG_N, -(-mb // WG_M) * WG_M)
@@ -152,9 +166,16 @@ def _lane_epilogue(nodes: list[Any], lin: Any, renames: dict[Axis, Axis]) -> boo
     return RM * RN == VW
 
 
-def _vector_epilogue(gen: KernelGen, lin: Any, sums: dict[tuple[int, int], str],
-                     rows: list[Any], cols: list[Any], renames: dict[Axis, Axis], msz: int,
-                     nsz: int) -> None:
+def _vector_epilogue(
+    gen: KernelGen,
+    lin: Any,
+    sums: dict[tuple[int, int], str],
+    rows: list[Any],
+    cols: list[Any],
+    renames: dict[Axis, Axis],
+    msz: int,
+    nsz: int,
+) -> None:
     """The work-item's ``RM x RN`` sums packed into one vector, bias added, the activation
     chain evaluated once on the vector (PoCL vectorises ``exp``/``erf`` of a float8, not eight
     scalar calls), then each lane written where it is inside the output."""
@@ -181,9 +202,17 @@ def _vector_epilogue(gen: KernelGen, lin: Any, sums: dict[tuple[int, int], str],
                 w.line(f"if ({guard}) {out.name}[{out.address(env)}] = {val}.s{n:x};")
 
 
-def _local_tiles(gen: KernelGen, xb: Any, wb: Any, m_axes: tuple[Axis, ...],
-                 n_axes: tuple[Axis, ...], k_axes: tuple[Axis, ...], msz: int, nsz: int,
-                 kdim: int) -> None:
+def _local_tiles(
+    gen: KernelGen,
+    xb: Any,
+    wb: Any,
+    m_axes: tuple[Axis, ...],
+    n_axes: tuple[Axis, ...],
+    k_axes: tuple[Axis, ...],
+    msz: int,
+    nsz: int,
+    kdim: int,
+) -> None:
     """The contraction loop over ``__local`` tiles: per chunk of ``KL`` contracted elements the
     group loads its rows of ``X`` and ``W`` (zero past the end of K), then each work-item
     accumulates its ``RM x RN`` block from local memory."""
@@ -200,20 +229,28 @@ def _local_tiles(gen: KernelGen, xb: Any, wb: Any, m_axes: tuple[Axis, ...],
     w.line(f"const int ly = {d.lid(1)} * {RM};")
     w.line(f"const int lx = {d.lid(0)} * {RN};")
     with w.block(f"for ({it} k0 = 0; k0 < {kdim}; k0 += {KL})"):
-        for tile, rows, size, buf, axes, first in (("xs", tm, msz, xb, m_axes, "row0"),
-                                                   ("ws", tn, nsz, wb, n_axes, "col0")):
+        for tile, rows, size, buf, axes, first in (
+            ("xs", tm, msz, xb, m_axes, "row0"),
+            ("ws", tn, nsz, wb, n_axes, "col0"),
+        ):
             with w.block(f"for (int e = lid; e < {rows * KL}; e += {WG_M * WG_N})"):
                 w.line(f"const int r = e / {KL}, kk = e % {KL};")
                 w.line(f"const {it} g = min({first} + r, {gen.index_lit(size - 1)});")
                 split = _split(gen, axes, "g")
                 # the weight by position (``linear("d -> d")`` holds ``d`` twice); X by axis
-                base = (buf.address_at([*(split[a] for a in axes), *("0" for _ in k_axes)])
-                        if buf is wb else buf.address({**split, **zero}))
+                base = (
+                    buf.address_at([*(split[a] for a in axes), *("0" for _ in k_axes)])
+                    if buf is wb
+                    else buf.address({**split, **zero})
+                )
                 w.line(f"{tile}[r][kk] = k0 + kk < {kdim} ? {buf.name}[{base} + k0 + kk] : 0.0f;")
         w.line(d.barrier)
         with w.block(f"for (int k = 0; k < {KL}; k += {VW})"):
-            _multiply(gen, lambda i: f"*({d.local} const float{VW}*)(&xs[ly + {i}][k])",
-                      lambda j: f"*({d.local} const float{VW}*)(&ws[lx + {j}][k])")
+            _multiply(
+                gen,
+                lambda i: f"*({d.local} const float{VW}*)(&xs[ly + {i}][k])",
+                lambda j: f"*({d.local} const float{VW}*)(&ws[lx + {j}][k])",
+            )
         w.line(d.barrier)
 
 

@@ -87,14 +87,20 @@ def local_plan(graph: Graph) -> FusionPlan:
     for root in sorted(groups):
         nodes = groups[root]
         ins, outs = kernel_io(graph, nodes)
-        kernels.append(Kernel(graph, nodes, ins, outs, _partitions(graph, nodes, outs),
-                              _name(graph, nodes, root)))
+        kernels.append(
+            Kernel(
+                graph, nodes, ins, outs, _partitions(graph, nodes, outs), _name(graph, nodes, root)
+            )
+        )
     return FusionPlan(graph, kernels, ())
 
 
 def _partitions(graph: Graph, nodes: list[int], outs: tuple[int, ...]) -> list[Partition]:
-    streamed: list[Axis] = [graph.nodes[i].op.axis for i in nodes  # type: ignore[attr-defined]
-                            if _streamed(graph, i)]
+    streamed: list[Axis] = [
+        graph.nodes[i].op.axis
+        for i in nodes  # type: ignore[attr-defined]
+        if _streamed(graph, i)
+    ]
     parts = [Partition(a, "stream") for a in streamed]
     serial = set(streamed)
     for i in nodes:
@@ -163,8 +169,10 @@ def split_siblings(plan: FusionPlan) -> FusionPlan:
         for i in k.nodes:
             deps = [owner[made[v]] for v in g.nodes[i].inputs if v in made]
             owner[i] = i if i in roots else (deps[0] if deps else roots[0])
-        if any(len({owner[made[v]] for v in g.nodes[i].inputs if v in made} | {owner[i]}) > 1
-               for i in k.nodes):
+        if any(
+            len({owner[made[v]] for v in g.nodes[i].inputs if v in made} | {owner[i]}) > 1
+            for i in k.nodes
+        ):
             out.append(k)  # a node joins two maps: keep the planner's kernel
             continue
         for r in roots:

@@ -24,8 +24,14 @@ from typing import Any
 
 from ncd.errors import CompileError, TargetNotFoundError
 
-__all__ = ["build", "cache_dir", "default_options", "get_context", "source_excerpt",
-           "usable_cache_dir"]
+__all__ = [
+    "build",
+    "cache_dir",
+    "default_options",
+    "get_context",
+    "source_excerpt",
+    "usable_cache_dir",
+]
 
 _LOCK = threading.RLock()  # guards the tables below; per-key locks serialise one build
 _CONTEXTS: dict[str, tuple[Any, Any, Any]] = {}
@@ -36,8 +42,10 @@ STATS = {"memory_hits": 0, "disk_hits": 0, "builds": 0, "disk_rejected": 0}
 
 _MAGIC = b"NCD-OPENCL-BIN 1\n"
 _HEADER = len(_MAGIC) + 64 + 1 + 64 + 1 + 16 + 1  # magic, key, sha256(binary), length (hex)
-_NO_DEVICE = ("Fix: pip install \"pyopencl[pocl]\" for PoCL's CPU device (ncd-opencl depends on "
-              "it), or install the OpenCL driver (ICD) of your GPU.")
+_NO_DEVICE = (
+    'Fix: pip install "pyopencl[pocl]" for PoCL\'s CPU device (ncd-opencl depends on '
+    "it), or install the OpenCL driver (ICD) of your GPU."
+)
 
 
 def _env_number(name: str, default: float) -> float:
@@ -80,9 +88,13 @@ def _check_private(path: str) -> str | None:
     if owner_ok and not st.st_mode & 0o022:
         return path
     why = "is owned by another user" if not owner_ok else "is writable by group or others"
-    warnings.warn(f"ncd-opencl: not using the program cache {path}: it {why}, so another user "
-                  "could plant binaries there. Fix: chmod 700 it, or point NCD_OPENCL_CACHE at a "
-                  "directory of your own.", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"ncd-opencl: not using the program cache {path}: it {why}, so another user "
+        "could plant binaries there. Fix: chmod 700 it, or point NCD_OPENCL_CACHE at a "
+        "directory of your own.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
     return None
 
 
@@ -135,8 +147,10 @@ def _open(device: str | None) -> tuple[Any, Any, Any]:
             chosen = hits[0] if hits else None
         if chosen is None:
             have = "; ".join(f"{p.name} / {d.name}" for p, d in choices)
-            raise TargetNotFoundError(f"no OpenCL device matches {device!r}; have: {have}. Fix: "
-                                      "pass device= as one of these names or as \"P:D\" indices.")
+            raise TargetNotFoundError(
+                f"no OpenCL device matches {device!r}; have: {have}. Fix: "
+                'pass device= as one of these names or as "P:D" indices.'
+            )
     assert chosen is not None
     ctx = cl.Context([chosen[1]])
     return ctx, cl.CommandQueue(ctx), chosen[1]
@@ -228,6 +242,7 @@ def _first_errors(log: str, n: int = 6) -> str:
 
 # ---- the on-disk cache: verified entries, atomic writes, LRU by modification time ----------
 
+
 def _limit_bytes() -> int:
     return int(_env_number("NCD_OPENCL_CACHE_MB", 256) * 2**20)
 
@@ -240,8 +255,18 @@ def _entry(key: str) -> str | None:
 def pack_entry(key: str, binary: bytes) -> bytes:
     """An entry: magic, its key, the SHA-256 of the binary and its length, then the binary."""
     digest = hashlib.sha256(binary).hexdigest()
-    return b"".join([_MAGIC, key.encode(), b"\n", digest.encode(), b"\n",
-                     f"{len(binary):016x}".encode(), b"\n", binary])
+    return b"".join(
+        [
+            _MAGIC,
+            key.encode(),
+            b"\n",
+            digest.encode(),
+            b"\n",
+            f"{len(binary):016x}".encode(),
+            b"\n",
+            binary,
+        ]
+    )
 
 
 def unpack_entry(key: str, blob: bytes) -> bytes | None:
@@ -250,7 +275,7 @@ def unpack_entry(key: str, blob: bytes) -> bytes | None:
     head, binary = blob[:_HEADER], blob[_HEADER:]
     if len(head) != _HEADER or not head.startswith(_MAGIC):
         return None
-    fields = head[len(_MAGIC):].split(b"\n")
+    fields = head[len(_MAGIC) :].split(b"\n")
     if len(fields) != 4 or fields[0] != key.encode() or fields[3] != b"":
         return None
     try:

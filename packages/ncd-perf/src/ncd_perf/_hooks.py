@@ -58,14 +58,25 @@ def ncd_register_cost_models() -> list[CostModel]:
 @hookimpl
 def ncd_register_commands() -> list[Command]:
     return [
-        Command("perf", "per-kernel, per-level performance model of a model on a machine",
-                _configure_perf, _run_perf),
-        Command("calibrate", "measure this machine's memory bandwidth and FLOP rate (numpy)",
-                _configure_calibrate, _run_calibrate),
+        Command(
+            "perf",
+            "per-kernel, per-level performance model of a model on a machine",
+            _configure_perf,
+            _run_perf,
+        ),
+        Command(
+            "calibrate",
+            "measure this machine's memory bandwidth and FLOP rate (numpy)",
+            _configure_calibrate,
+            _run_calibrate,
+        ),
     ]
 
 
 @hookimpl
 def ncd_demo_steps() -> list[DemoStep]:
-    return [DemoStep("performance model (ncd-perf): the transformer on an H100 and on this CPU",
-                     40, _demo)]
+    return [
+        DemoStep(
+            "performance model (ncd-perf): the transformer on an H100 and on this CPU", 40, _demo
+        )
+    ]

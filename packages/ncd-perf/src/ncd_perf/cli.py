@@ -9,19 +9,32 @@ import re
 import time
 from typing import Any
 
-__all__ = ["calibrate", "configure_calibrate", "configure_perf", "demo_step", "run_calibrate",
-           "run_perf"]
+__all__ = [
+    "calibrate",
+    "configure_calibrate",
+    "configure_perf",
+    "demo_step",
+    "run_calibrate",
+    "run_perf",
+]
 
 
 def configure_perf(p: argparse.ArgumentParser) -> None:
     from ncd.cli import add_model_arguments
 
     add_model_arguments(p)
-    p.add_argument("--machine", default="h100", help="h100, h200, a100, cpu, this, or a .toml/.json")
+    p.add_argument(
+        "--machine", default="h100", help="h100, h200, a100, cpu, this, or a .toml/.json"
+    )
     p.add_argument("--unfused", action="store_true", help="one kernel per op")
     p.add_argument("--dtype", help="re-type every float wire (bfloat16, float16, float8)")
-    p.add_argument("--parallel", nargs="*", default=[], metavar="LABEL=DEVICES",
-                   help="span config labels over devices (heads=8, d_ff=8, experts=8)")
+    p.add_argument(
+        "--parallel",
+        nargs="*",
+        default=[],
+        metavar="LABEL=DEVICES",
+        help="span config labels over devices (heads=8, d_ff=8, experts=8)",
+    )
     p.add_argument("--plot", metavar="PNG", help="draw a roofline with every kernel on it")
     p.add_argument("--no-formulas", action="store_true", help="skip the symbolic formulas")
 
@@ -33,8 +46,13 @@ def run_perf(args: argparse.Namespace) -> int:
 
     model = load_model(args.model, args.bind)
     t0 = time.perf_counter()
-    result = cost(model, args.machine, fuse=not args.unfused, dtype=args.dtype,
-                  parallel=parse_sizes(args.parallel))
+    result = cost(
+        model,
+        args.machine,
+        fuse=not args.unfused,
+        dtype=args.dtype,
+        parallel=parse_sizes(args.parallel),
+    )
     print(result.machine.describe())
     print()
     print(result.plan)
@@ -57,14 +75,16 @@ def _unbound(spec: str) -> Any:
 
 def configure_calibrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size-mb", type=int, default=256, help="bytes per array for the copy test")
-    p.add_argument("--cache-mb", type=int, default=8,
-                   help="bytes per array for the cache-resident copy test")
+    p.add_argument(
+        "--cache-mb", type=int, default=8, help="bytes per array for the cache-resident copy test"
+    )
     p.add_argument("--n", type=int, default=2048, help="matmul size for the FLOP test")
     p.add_argument("-o", "--output", help="write a machine .toml based on 'this' with the results")
 
 
-def calibrate(size_mb: int = 256, n: int = 2048, repeats: int = 5,
-              cache_mb: int = 8) -> dict[str, float]:
+def calibrate(
+    size_mb: int = 256, n: int = 2048, repeats: int = 5, cache_mb: int = 8
+) -> dict[str, float]:
     """Measure this machine with NumPy: copy bandwidth (bytes read + written per second) of
     arrays far larger than the caches and of arrays that stay in the last-level cache, and
     float32 matmul FLOP/s; medians of ``repeats`` after a warm-up."""
@@ -87,20 +107,25 @@ def calibrate(size_mb: int = 256, n: int = 2048, repeats: int = 5,
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
     t_mm = median(lambda: a @ b)
-    return {"copy_bandwidth": copy_rate(size_mb), "cache_bandwidth": copy_rate(cache_mb),
-            "matmul_flops": 2 * n**3 / t_mm}
+    return {
+        "copy_bandwidth": copy_rate(size_mb),
+        "cache_bandwidth": copy_rate(cache_mb),
+        "matmul_flops": 2 * n**3 / t_mm,
+    }
 
 
 def calibrated(text: str, res: dict[str, float], stamp: str) -> str:
     """``this.toml``'s text with the measured figures put in: the L3 level's fill bandwidth
     (DRAM copy), the L2 level's (a copy resident in L3), float32 matrix and vector rates (and
     half of them for float64); each changed line says where its number came from."""
-    values = {("L3", "bandwidth"): (res["copy_bandwidth"], "copy of arrays larger than L3"),
-              ("L2", "bandwidth"): (res["cache_bandwidth"], "copy of arrays resident in L3"),
-              ("compute.matrix", "float32"): (res["matmul_flops"], "float32 matmul"),
-              ("compute.vector", "float32"): (res["matmul_flops"], "the same FMA roofline"),
-              ("compute.matrix", "float64"): (res["matmul_flops"] / 2, "half the float32 rate"),
-              ("compute.vector", "float64"): (res["matmul_flops"] / 2, "half the float32 rate")}
+    values = {
+        ("L3", "bandwidth"): (res["copy_bandwidth"], "copy of arrays larger than L3"),
+        ("L2", "bandwidth"): (res["cache_bandwidth"], "copy of arrays resident in L3"),
+        ("compute.matrix", "float32"): (res["matmul_flops"], "float32 matmul"),
+        ("compute.vector", "float32"): (res["matmul_flops"], "the same FMA roofline"),
+        ("compute.matrix", "float64"): (res["matmul_flops"] / 2, "half the float32 rate"),
+        ("compute.vector", "float64"): (res["matmul_flops"] / 2, "half the float32 rate"),
+    }
     out, where = [], ""
     for line in text.splitlines():
         head = re.match(r"\s*\[+([\w.]+)\]+", line)
@@ -119,8 +144,10 @@ def calibrated(text: str, res: dict[str, float], stamp: str) -> str:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     res = calibrate(args.size_mb, args.n, cache_mb=args.cache_mb)
-    print(f"copy bandwidth: {res['copy_bandwidth'] / 1e9:.1f} GB/s (read + write, "
-          f"{args.size_mb} MiB arrays)")
+    print(
+        f"copy bandwidth: {res['copy_bandwidth'] / 1e9:.1f} GB/s (read + write, "
+        f"{args.size_mb} MiB arrays)"
+    )
     print(f"cache-resident copy: {res['cache_bandwidth'] / 1e9:.1f} GB/s ({args.cache_mb} MiB)")
     print(f"float32 matmul: {res['matmul_flops'] / 1e9:.1f} GFLOP/s")
     if args.output:
@@ -133,8 +160,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
             text = f.read()
         stamp = datetime.date.today().isoformat()
         with open(args.output, "w") as f:
-            f.write(f"# calibrated by `ncd calibrate` on {stamp}: {json.dumps(res)}\n"
-                    + calibrated(text, res, stamp))
+            f.write(
+                f"# calibrated by `ncd calibrate` on {stamp}: {json.dumps(res)}\n"
+                + calibrated(text, res, stamp)
+            )
         print(f"machine written to {args.output}")
     return 0
 

@@ -65,19 +65,26 @@ CommRule = Callable[[Any, Any, Callable[[Any], sp.Expr], str, int, float], list[
 COMM_RULES: dict[type[Op], CommRule] = {}
 
 
-def _experts(op: R.Experts, node: Any, size: Callable[[Any], sp.Expr], label: str, p: int,
-             nbytes: float) -> list[Collective]:
+def _experts(
+    op: R.Experts, node: Any, size: Callable[[Any], sp.Expr], label: str, p: int, nbytes: float
+) -> list[Collective]:
     tokens = sp.Mul(*(size(a) for a in node.loop))
     moved = tokens * op.k * size(op.d_model) * sp.Float(nbytes)
-    return [Collective("all-to-all", moved, p, f"{label}: dispatch"),
-            Collective("all-to-all", moved, p, f"{label}: combine")]
+    return [
+        Collective("all-to-all", moved, p, f"{label}: dispatch"),
+        Collective("all-to-all", moved, p, f"{label}: combine"),
+    ]
 
 
 COMM_RULES[R.Experts] = _experts
 
 
-def collectives(kernel: Kernel, size: Callable[[Any], sp.Expr], parallel: Mapping[str, int],
-                dtype: str | None = None) -> list[Collective]:
+def collectives(
+    kernel: Kernel,
+    size: Callable[[Any], sp.Expr],
+    parallel: Mapping[str, int],
+    dtype: str | None = None,
+) -> list[Collective]:
     """The collectives ``kernel`` needs when the labels in ``parallel`` span devices."""
     if not parallel:
         return []
@@ -106,8 +113,14 @@ def collectives(kernel: Kernel, size: Callable[[Any], sp.Expr], parallel: Mappin
                 t = graph.values[v]
                 if not any(labels.get(a.uid) == label for a in t.axes):
                     nb = float(dtype_bytes(dtype if dtype and t.is_float else t.dtype))
-                    out.append(Collective("all-reduce", sp.Mul(*(size(a) for a in t.axes)) * nb,
-                                          p, f"{label}: partial sums of value {v}"))
+                    out.append(
+                        Collective(
+                            "all-reduce",
+                            sp.Mul(*(size(a) for a in t.axes)) * nb,
+                            p,
+                            f"{label}: partial sums of value {v}",
+                        )
+                    )
         elif whole:
             for v in kernel.inputs:
                 t = graph.values[v]

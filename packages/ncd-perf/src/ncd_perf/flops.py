@@ -100,8 +100,11 @@ def _free(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
 def _topk(op: R.TopKGate, node: Node, size: Size) -> dict[str, sp.Expr]:
     n = _out(node, size)
     k = sp.Integer(op.k)
-    return {"vector": n * sp.Integer(max(1, math.ceil(math.log2(op.k + 1)))) + 3 * k * n / size(op.axis),
-            "special": k * n / size(op.axis)}
+    return {
+        "vector": n * sp.Integer(max(1, math.ceil(math.log2(op.k + 1))))
+        + 3 * k * n / size(op.axis),
+        "special": k * n / size(op.axis),
+    }
 
 
 @rule(R.Experts)
@@ -109,8 +112,11 @@ def _experts(op: R.Experts, node: Node, size: Size) -> dict[str, sp.Expr]:
     tokens = _prod(node.loop, size)
     k, d, f = sp.Integer(op.k), size(op.d_model), size(op.d_ff)
     # each token runs only its k routed experts: two d x f matmuls each, plus the gate mix
-    return {"matrix": tokens * k * 4 * d * f, "special": tokens * k * f,
-            "vector": tokens * k * (f + 3 * d)}
+    return {
+        "matrix": tokens * k * 4 * d * f,
+        "special": tokens * k * f,
+        "vector": tokens * k * (f + 3 * d),
+    }
 
 
 def flops(node: Node, size: Size) -> dict[str, sp.Expr]:

@@ -43,7 +43,9 @@ PARAM_ACCESS: dict[type, Callable[[Any, tuple[Axis, ...]], tuple[Axis, ...]]] = 
 }
 
 
-def size_function(graph: Graph, per_device: dict[str, int] | None = None) -> Callable[[Axis], sp.Expr]:
+def size_function(
+    graph: Graph, per_device: dict[str, int] | None = None
+) -> Callable[[Axis], sp.Expr]:
     """axis -> its size: an Integer when bound, else a positive Symbol named by config label;
     labels in ``per_device`` are divided among that many devices."""
     labels = axis_labels(graph)
@@ -61,8 +63,13 @@ def size_function(graph: Graph, per_device: dict[str, int] | None = None) -> Cal
 class KernelFormulas:
     """Symbolic H and M of a kernel under its partition structure (groups + one stream)."""
 
-    def __init__(self, kernel: Kernel, size: Callable[[Axis], sp.Expr], dtype: str | None = None,
-                 optional_stream: bool = True) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        size: Callable[[Axis], sp.Expr],
+        dtype: str | None = None,
+        optional_stream: bool = True,
+    ) -> None:
         self.kernel, self.size = kernel, size
         graph = self.graph = kernel.graph
         self.alias = {a: kernel.aliases.get(a, a) for a in kernel.axes()}
@@ -77,8 +84,11 @@ class KernelFormulas:
         self.stream: Axis | None = streams[0] if streams else None
         if self.stream is None and optional_stream:
             self.stream = self._optional_stream()
-        self.kinds = (analyse_stream(graph, kernel.nodes, self.stream, kernel.outputs).kinds
-                      if self.stream is not None else {})
+        self.kinds = (
+            analyse_stream(graph, kernel.nodes, self.stream, kernel.outputs).kinds
+            if self.stream is not None
+            else {}
+        )
         names: dict[str, int] = {}
         self.tiles: dict[Axis, sp.Symbol] = {}
         for g in self.groups:
@@ -110,8 +120,11 @@ class KernelFormulas:
         return None
 
     def _bytes(self, dtype: str) -> float:
-        return float(dtype_bytes(self.dtype if self.dtype and dtype.startswith(("float", "bfloat"))
-                                 else dtype))
+        return float(
+            dtype_bytes(
+                self.dtype if self.dtype and dtype.startswith(("float", "bfloat")) else dtype
+            )
+        )
 
     def _values(self) -> None:
         """(axes, bytes per element, role) of inputs, parameters, outputs and internal values."""
@@ -139,7 +152,9 @@ class KernelFormulas:
         self.entries = entries
 
     def _extent(self, axes: tuple[Axis, ...], tiles: dict[Axis, sp.Expr]) -> sp.Expr:
-        return sp.Mul(*(tiles[self.root(a)] if self.root(a) in tiles else self.size(a) for a in axes))
+        return sp.Mul(
+            *(tiles[self.root(a)] if self.root(a) in tiles else self.size(a) for a in axes)
+        )
 
     def _reuse(self, axes: tuple[Axis, ...], tiles: dict[Axis, sp.Expr]) -> sp.Expr:
         have = {self.root(a) for a in axes}
@@ -168,7 +183,11 @@ class KernelFormulas:
             if kind in ACCUMULATOR_STATE and self.graph.nodes[i].op.category == "normaliser":
                 (v,) = self.graph.nodes[i].outputs
                 rows = tuple(a for a in self.graph.values[v].axes if self.root(a) != s)
-                total += ACCUMULATOR_STATE[kind] * self._extent(rows, tiles) * (4 if unit == "bytes" else 1)
+                total += (
+                    ACCUMULATOR_STATE[kind]
+                    * self._extent(rows, tiles)
+                    * (4 if unit == "bytes" else 1)
+                )
         return total
 
     def group_sizes(self) -> dict[sp.Symbol, sp.Expr]:

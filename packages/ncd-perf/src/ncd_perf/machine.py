@@ -64,8 +64,14 @@ class Machine:
     description: str = ""
 
     @classmethod
-    def two_level(cls, fast_capacity: Number, *, unit: str = "elements",
-                  bandwidth: Number = None, name: str = "two-level") -> Machine:
+    def two_level(
+        cls,
+        fast_capacity: Number,
+        *,
+        unit: str = "elements",
+        bandwidth: Number = None,
+        name: str = "two-level",
+    ) -> Machine:
         """The napkin machine: unbounded slow memory above a fast one of ``fast_capacity``
         (elements by default; a sympy symbol keeps every formula symbolic)."""
         cap = None if fast_capacity in (None, sp.oo) else fast_capacity
@@ -89,11 +95,15 @@ class Machine:
             bw = "" if lv.bandwidth is None else f", fill {_num(lv.bandwidth)}B/s"
             lines.append(f"  L{i} {lv.name}: {cap} x {lv.instances}{bw}")
         for kind, table in self.compute.items():
-            lines.append(f"  {kind}: " + ", ".join(f"{d} {_num(r)}FLOP/s" for d, r in table.items()))
+            lines.append(
+                f"  {kind}: " + ", ".join(f"{d} {_num(r)}FLOP/s" for d, r in table.items())
+            )
         if self.devices > 1 and self.interconnect is not None:
             ic = self.interconnect
-            lines.append(f"  {self.devices} devices over {ic.name}: {_num(ic.bandwidth)}B/s, "
-                         f"{ic.latency * 1e6:g} us")
+            lines.append(
+                f"  {self.devices} devices over {ic.name}: {_num(ic.bandwidth)}B/s, "
+                f"{ic.latency * 1e6:g} us"
+            )
         return "\n".join(lines)
 
 
@@ -117,16 +127,27 @@ def machine_names() -> list[str]:
 
 
 def _from_dict(data: Mapping[str, Any], fallback_name: str) -> Machine:
-    levels = tuple(Level(lv["name"], lv.get("capacity"), lv.get("bandwidth"),
-                         int(lv.get("instances", 1)), lv.get("unit", "bytes"))
-                   for lv in data["levels"])
+    levels = tuple(
+        Level(
+            lv["name"],
+            lv.get("capacity"),
+            lv.get("bandwidth"),
+            int(lv.get("instances", 1)),
+            lv.get("unit", "bytes"),
+        )
+        for lv in data["levels"]
+    )
     link = data.get("interconnect")
     return Machine(
-        data.get("name", fallback_name), levels,
+        data.get("name", fallback_name),
+        levels,
         {k: dict(v) for k, v in data.get("compute", {}).items()},
-        float(data.get("launch_latency", 0.0)), int(data.get("devices", 1)),
+        float(data.get("launch_latency", 0.0)),
+        int(data.get("devices", 1)),
         Link(link["name"], float(link["bandwidth"]), float(link["latency"])) if link else None,
-        dict(data.get("sources", {})), data.get("description", ""))
+        dict(data.get("sources", {})),
+        data.get("description", ""),
+    )
 
 
 def load_machine(spec: str | Machine) -> Machine:
@@ -140,8 +161,10 @@ def load_machine(spec: str | Machine) -> Machine:
     name = aliases.get(spec.lower(), spec.lower())
     path = os.path.join(_HERE, f"{name}.toml") if name in machine_names() else spec
     if not os.path.exists(path):
-        raise NcdError(f"unknown machine {spec!r}: use one of {', '.join(machine_names())} or a "
-                       ".toml/.json file")
+        raise NcdError(
+            f"unknown machine {spec!r}: use one of {', '.join(machine_names())} or a "
+            ".toml/.json file"
+        )
     with open(path, "rb") as f:
         data = json.load(f) if path.endswith(".json") else tomllib.load(f)
     return _from_dict(data, os.path.splitext(os.path.basename(path))[0])

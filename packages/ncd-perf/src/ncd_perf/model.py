@@ -137,9 +137,12 @@ class ModelCost:
 def _key(kernel: Kernel) -> tuple[Any, ...]:
     """Kernels of identical ops, types and partitions (the layers of a GPT) cost the same."""
     g = kernel.graph
-    return (tuple((n.op, n.loop, tuple(g.values[v] for v in n.inputs)) for n in kernel.ops),
-            tuple(g.values[v] for v in kernel.inputs), tuple(g.values[v] for v in kernel.outputs),
-            kernel.partitions)
+    return (
+        tuple((n.op, n.loop, tuple(g.values[v] for v in n.inputs)) for n in kernel.ops),
+        tuple(g.values[v] for v in kernel.inputs),
+        tuple(g.values[v] for v in kernel.outputs),
+        kernel.partitions,
+    )
 
 
 def _graph(model: Any, bind: Mapping[str, int] | None) -> Graph:
@@ -153,9 +156,16 @@ def _graph(model: Any, bind: Mapping[str, int] | None) -> Graph:
     raise TypeError(f"expected an ncd model or graph, got {type(model).__name__}")
 
 
-def cost(model: Any, machine: Machine | str = "h100", *, fuse: bool = True,
-         bind: Mapping[str, int] | None = None, dtype: str | None = None,
-         parallel: Mapping[str, int] | None = None, plan: FusionPlan | None = None) -> ModelCost:
+def cost(
+    model: Any,
+    machine: Machine | str = "h100",
+    *,
+    fuse: bool = True,
+    bind: Mapping[str, int] | None = None,
+    dtype: str | None = None,
+    parallel: Mapping[str, int] | None = None,
+    plan: FusionPlan | None = None,
+) -> ModelCost:
     """Price ``model`` on ``machine``.
 
     ``fuse=False`` prices one kernel per op; ``bind`` binds sizes; ``dtype`` re-types every
@@ -175,8 +185,14 @@ def cost(model: Any, machine: Machine | str = "h100", *, fuse: bool = True,
             f = KernelFormulas(kernel, size, dtype)
             cache[key] = (f, _levels(f, machine))
         f, levels = cache[key]
-        kc = KernelCost(kernel, f, _flops(kernel, size), _dtype(kernel, dtype), levels,
-                        collectives(kernel, size, dict(parallel or {}), dtype))
+        kc = KernelCost(
+            kernel,
+            f,
+            _flops(kernel, size),
+            _dtype(kernel, dtype),
+            levels,
+            collectives(kernel, size, dict(parallel or {}), dtype),
+        )
         _roofline(kc, machine)
         kernels.append(kc)
     return ModelCost(plan, machine, kernels)
@@ -227,14 +243,27 @@ def _levels(f: KernelFormulas, machine: Machine) -> list[LevelCost]:
             h_, m_ = h.subs(given), m.subs(given)
             choice: TileChoice = choose_tiles(h_, m_, sizes, lv.capacity, upper)
             vals = {**given, **choice.values}
-            fits = bool(m.subs(vals) <= lv.capacity) if lv.capacity is not None and \
-                _number(m.subs(vals)) is not None else choice.fits
+            fits = (
+                bool(m.subs(vals) <= lv.capacity)
+                if lv.capacity is not None and _number(m.subs(vals)) is not None
+                else choice.fits
+            )
             choice = TileChoice(vals, fits, "given" + (f" + {choice.method}" if sizes else ""))
         else:
             choice = choose_tiles(h, m, sizes, lv.capacity, upper)
         vals = choice.values
-        out.append(LevelCost(i, lv.name, vals, sp.simplify(h.subs(vals)), hb.subs(vals),
-                             sp.simplify(m.subs(vals)), choice.fits, choice.method))
+        out.append(
+            LevelCost(
+                i,
+                lv.name,
+                vals,
+                sp.simplify(h.subs(vals)),
+                hb.subs(vals),
+                sp.simplify(m.subs(vals)),
+                choice.fits,
+                choice.method,
+            )
+        )
         if all(isinstance(v, sp.Integer) for v in vals.values()):
             upper = dict(vals)  # inner tiles nest inside the outer ones
     return out

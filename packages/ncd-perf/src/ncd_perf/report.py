@@ -31,29 +31,38 @@ def _time(t: float | None) -> str:
 
 
 def table(cost: ModelCost) -> str:
-    """One row per kernel and level: tiles, bytes moved, resident bytes/elements, time, bottleneck."""
+    """One row per kernel and level: tiles, bytes moved, resident bytes/elements, time,
+    bottleneck."""
     m = cost.machine
     lines = [f"performance model on {m.name}: {len(cost.kernels)} kernel(s)"]
     head = f"{'kernel':<34} {'level':<10} {'tiles':<30} {'moved':>9} {'resident':>9} {'time':>10}"
     lines += [head, "-" * len(head)]
     for k in cost.kernels:
         flops = ", ".join(f"{kind} {_fmt(n)}" for kind, n in k.flops.items()) or "no FLOPs"
-        lines.append(f"{k.kernel.name[:34]:<34} {'FLOPs':<10} {flops[:30]:<30} {'':>9} {'':>9} "
-                     f"{_time(k.time):>10}  {k.bottleneck}")
+        lines.append(
+            f"{k.kernel.name[:34]:<34} {'FLOPs':<10} {flops[:30]:<30} {'':>9} {'':>9} "
+            f"{_time(k.time):>10}  {k.bottleneck}"
+        )
         for lv in k.levels:
             tiles = " ".join(f"{str(s)[2:]}={_fmt(v)}" for s, v in lv.tiles.items()) or "-"
             unit = m.levels[lv.level].unit
             res = _fmt(lv.resident, "B" if unit == "bytes" else "")
             fit = "" if lv.fits else " (does not fit)"
-            lines.append(f"{'':<34} {lv.name[:10]:<10} {tiles[:30]:<30} {_fmt(lv.bytes, 'B'):>9} "
-                         f"{res:>9} {_time(lv.time):>10}{fit}")
+            lines.append(
+                f"{'':<34} {lv.name[:10]:<10} {tiles[:30]:<30} {_fmt(lv.bytes, 'B'):>9} "
+                f"{res:>9} {_time(lv.time):>10}{fit}"
+            )
         for c in k.collectives:
-            lines.append(f"{'':<34} {'devices':<10} {c.kind + ' ' + c.label:<30.30} "
-                         f"{_fmt(c.volume(), 'B'):>9}")
+            lines.append(
+                f"{'':<34} {'devices':<10} {c.kind + ' ' + c.label:<30.30} "
+                f"{_fmt(c.volume(), 'B'):>9}"
+            )
     total = cost.time
     lines.append("-" * len(head))
-    lines.append(f"total time {_time(total)}; FLOPs " + ", ".join(
-        f"{kind} {_fmt(n)}" for kind, n in cost.flops.items()))
+    lines.append(
+        f"total time {_time(total)}; FLOPs "
+        + ", ".join(f"{kind} {_fmt(n)}" for kind, n in cost.flops.items())
+    )
     return "\n".join(lines)
 
 

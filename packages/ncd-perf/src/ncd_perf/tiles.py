@@ -33,8 +33,13 @@ def _is_number(x: object) -> bool:
     return isinstance(x, int | float) or (isinstance(x, sp.Basic) and x.is_number)
 
 
-def choose_tiles(h: sp.Expr, m: sp.Expr, sizes: Mapping[sp.Symbol, sp.Expr], capacity: object,
-                 upper: Mapping[sp.Symbol, sp.Expr] | None = None) -> TileChoice:
+def choose_tiles(
+    h: sp.Expr,
+    m: sp.Expr,
+    sizes: Mapping[sp.Symbol, sp.Expr],
+    capacity: object,
+    upper: Mapping[sp.Symbol, sp.Expr] | None = None,
+) -> TileChoice:
     """Tiles minimising ``h`` under ``m <= capacity`` (``None``: unbounded); ``upper`` caps
     each tile (the enclosing level's tile)."""
     tiles = list(sizes)
@@ -42,8 +47,11 @@ def choose_tiles(h: sp.Expr, m: sp.Expr, sizes: Mapping[sp.Symbol, sp.Expr], cap
         return TileChoice({t: (upper or sizes).get(t, sizes[t]) for t in tiles}, True, "whole")
     free = [t for t in tiles if h.has(t)]
     fixed: dict[sp.Symbol, sp.Expr] = {t: sp.Integer(1) for t in tiles if t not in free}
-    numeric = _is_number(capacity) and all(_is_number(sizes[t]) for t in tiles) \
+    numeric = (
+        _is_number(capacity)
+        and all(_is_number(sizes[t]) for t in tiles)
         and not (m.free_symbols - set(tiles))
+    )
     if numeric:
         return _search(h, m, sizes, float(capacity), fixed, free, upper or {})  # type: ignore[arg-type]
     if not free:
@@ -56,14 +64,15 @@ def choose_tiles(h: sp.Expr, m: sp.Expr, sizes: Mapping[sp.Symbol, sp.Expr], cap
         return TileChoice({**fixed, **{t: t for t in free}}, True, "symbolic (no closed form)")
 
 
-def _merge_products(h: sp.Expr, m: sp.Expr, free: list[sp.Symbol],
-                    fixed: dict[sp.Symbol, sp.Expr]) -> list[sp.Symbol]:
+def _merge_products(
+    h: sp.Expr, m: sp.Expr, free: list[sp.Symbol], fixed: dict[sp.Symbol, sp.Expr]
+) -> list[sp.Symbol]:
     """Tiles that only ever appear as a product (``t_heads * t_d_head``) are one degree of
     freedom: keep the first, set the others to 1 (any split of the product is optimal)."""
     s = sp.Symbol("s_", positive=True)
     out = list(free)
     for i, ti in enumerate(free):
-        for tj in free[i + 1:]:
+        for tj in free[i + 1 :]:
             if ti not in out or tj not in out:
                 continue
             swap = {ti: ti * s, tj: tj / s}
@@ -73,8 +82,9 @@ def _merge_products(h: sp.Expr, m: sp.Expr, free: list[sp.Symbol],
     return out
 
 
-def _lagrange(h: sp.Expr, m: sp.Expr, free: list[sp.Symbol], cap: sp.Expr,
-              fixed: dict[sp.Symbol, sp.Expr]) -> TileChoice:
+def _lagrange(
+    h: sp.Expr, m: sp.Expr, free: list[sp.Symbol], cap: sp.Expr, fixed: dict[sp.Symbol, sp.Expr]
+) -> TileChoice:
     if len(free) == 1:
         (t,) = free
         roots = [r for r in sp.solve(sp.Eq(m, cap), t) if r.is_positive is not False]
@@ -89,8 +99,9 @@ def _lagrange(h: sp.Expr, m: sp.Expr, free: list[sp.Symbol], cap: sp.Expr,
     for sol in sols:
         vals = [sol.get(t) for t in free]
         if all(v is not None and v.is_positive is not False for v in vals):
-            return TileChoice({**fixed, **{t: sp.simplify(sol[t]) for t in free}}, True,
-                              "closed form (Lagrange)")
+            return TileChoice(
+                {**fixed, **{t: sp.simplify(sol[t]) for t in free}}, True, "closed form (Lagrange)"
+            )
     raise ValueError(f"no closed-form tiles for H={h} under M={m} <= {cap}; bind sizes to search")
 
 
@@ -101,9 +112,15 @@ def _candidates(n: int, cap: int) -> list[int]:
     return sorted(vals)
 
 
-def _search(h: sp.Expr, m: sp.Expr, sizes: Mapping[sp.Symbol, sp.Expr], cap: float,
-            fixed: dict[sp.Symbol, sp.Expr], free: list[sp.Symbol],
-            upper: Mapping[sp.Symbol, sp.Expr]) -> TileChoice:
+def _search(
+    h: sp.Expr,
+    m: sp.Expr,
+    sizes: Mapping[sp.Symbol, sp.Expr],
+    cap: float,
+    fixed: dict[sp.Symbol, sp.Expr],
+    free: list[sp.Symbol],
+    upper: Mapping[sp.Symbol, sp.Expr],
+) -> TileChoice:
     whole = {t: sp.Integer(int(upper.get(t, sizes[t]))) for t in sizes}
     if float(m.subs(whole)) <= cap:
         return TileChoice(whole, True, "whole (fits)")
@@ -111,8 +128,10 @@ def _search(h: sp.Expr, m: sp.Expr, sizes: Mapping[sp.Symbol, sp.Expr], cap: flo
         return TileChoice(fixed, float(m.subs(fixed)) <= cap, "constant")
     hf = sp.lambdify(free, h.subs(fixed), "numpy")
     mf = sp.lambdify(free, m.subs(fixed), "numpy")
-    axes = [np.array(_candidates(int(sizes[t]), int(upper.get(t, sizes[t]))), dtype=np.float64)
-            for t in free]
+    axes = [
+        np.array(_candidates(int(sizes[t]), int(upper.get(t, sizes[t]))), dtype=np.float64)
+        for t in free
+    ]
     if np.prod([len(a) for a in axes]) > 2_000_000:  # keep the search bounded
         axes = [a[:: max(1, len(a) // 8)] for a in axes]
     grid = np.meshgrid(*axes, indexing="ij")
@@ -120,10 +139,14 @@ def _search(h: sp.Expr, m: sp.Expr, sizes: Mapping[sp.Symbol, sp.Expr], cap: flo
     mv = np.broadcast_to(np.asarray(mf(*grid), dtype=np.float64), grid[0].shape)
     ok = mv <= cap
     if not ok.any():
-        return TileChoice({**fixed, **{t: sp.Integer(1) for t in free}}, False, "search (nothing fits)")
+        return TileChoice(
+            {**fixed, **{t: sp.Integer(1) for t in free}}, False, "search (nothing fits)"
+        )
     # least transfers; among equals, least memory
     order = np.lexsort((mv[ok], hv[ok]))
     idx = np.argwhere(ok)[order[0]]
-    return TileChoice({**fixed, **{t: sp.Integer(int(axes[j][idx[j]])) for j, t in enumerate(free)}},
-                      True, "search")
-
+    return TileChoice(
+        {**fixed, **{t: sp.Integer(int(axes[j][idx[j]])) for j, t in enumerate(free)}},
+        True,
+        "search",
+    )

@@ -11,8 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["TORCH_RULES", "TorchImportError", "from_torch", "state_dict", "to_module",
-           "torch_rule"]
+__all__ = ["TORCH_RULES", "TorchImportError", "from_torch", "state_dict", "to_module", "torch_rule"]
 
 _WHERE = {
     "to_module": "ncd_torch._export",

@@ -33,8 +33,15 @@ class TorchExecutable(Executable):
     ``torch.compile``; ``training=True`` enables dropout; ``fuse=False`` exports every block op
     by op (see ``to_module``)."""
 
-    def __init__(self, model: Any, *, compile: bool = False, training: bool = False,
-                 device: str = "cpu", fuse: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        compile: bool = False,
+        training: bool = False,
+        device: str = "cpu",
+        fuse: bool = True,
+    ) -> None:
         self.model, self.use_compile, self.training, self.device = model, compile, training, device
         self.fuse = fuse
         self._modules: dict[str, Any] = {}
@@ -47,7 +54,9 @@ class TorchExecutable(Executable):
 
         key = f"{dtype}:{to_json(graph)}"
         if key not in self._modules:
-            module = to_module(graph, dtype=dtype, fuse=self.fuse).to(self.device).train(self.training)
+            module = (
+                to_module(graph, dtype=dtype, fuse=self.fuse).to(self.device).train(self.training)
+            )
             self._modules[key] = (module, torch.compile(module) if self.use_compile else module)
         return self._modules[key]
 
@@ -70,8 +79,9 @@ class TorchExecutable(Executable):
 
 class TorchBackend(Backend):
     name = "torch"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"float32", "float64", "training",
-                                                        "gradients"})
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"float32", "float64", "training", "gradients"}
+    )
     description = "PyTorch: the model exported as a torch.fx GraphModule (ncd-torch)"
 
     def compile(self, model: Any, **options: Any) -> Executable:
@@ -108,10 +118,15 @@ def demo_step(ctx: dict[str, Any]) -> None:
         logits = module(torch.from_numpy(np.asarray(ctx["tokens"]))).numpy()
         dt = time.perf_counter() - t0
     diff = float(np.abs(logits - ctx["logits"]).max())
-    print(f"exported {type(module).__name__} (torch.fx.GraphModule, {n_sub} modules, "
-          f"{len(module.state_dict())} parameters); forward in {dt * 1e3:.1f} ms")
-    blocks = [f"{name} ({type(m).__name__})" for name, m in module.named_modules()
-              if name and isinstance(m, torch.fx.GraphModule) and name.count(".") <= 1]
+    print(
+        f"exported {type(module).__name__} (torch.fx.GraphModule, {n_sub} modules, "
+        f"{len(module.state_dict())} parameters); forward in {dt * 1e3:.1f} ms"
+    )
+    blocks = [
+        f"{name} ({type(m).__name__})"
+        for name, m in module.named_modules()
+        if name and isinstance(m, torch.fx.GraphModule) and name.count(".") <= 1
+    ]
     print(f"blocks as submodules: {', '.join(blocks)}")
     print(f"max |torch - reference| = {diff:.2e} (tolerance {DEMO_TOLERANCE:g})")
     ctx["torch_module"] = module

@@ -28,6 +28,7 @@ __all__ = ["Capture", "Record", "Scope"]
 
 Scope = tuple[str, str, str]  # (kind, label, module path)
 
+
 @attrs.define
 class Record:
     op: Op
@@ -83,7 +84,7 @@ class Capture(ViewsMixin):
         # from a registered tril buffer); rules read these values, nothing is recorded for them
         self.folded: dict[str, Any] = {}
 
-    # -- reading nodes ---------------------------------------------------------------------------
+    # -- reading nodes -----------------------------------------------------------------------------
     @staticmethod
     def aten(node: Any) -> str:
         packet = getattr(node.target, "overloadpacket", node.target)
@@ -118,9 +119,15 @@ class Capture(ViewsMixin):
     def where(self, node: Any) -> str:
         stack = self.module_stack(node)
         module = f"{stack[-1][0] or '(root)'} ({_class_name(stack[-1][1])})" if stack else "(root)"
-        frames = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s*(.*)', node.meta.get("stack_trace") or "")
+        frames = re.findall(
+            r'File "([^"]+)", line (\d+), in \w+\n\s*(.*)', node.meta.get("stack_trace") or ""
+        )
         user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
-        site = f", {os.path.basename(user[-1][0])}:{user[-1][1]}: {user[-1][2].strip()}" if user else ""
+        site = (
+            f", {os.path.basename(user[-1][0])}:{user[-1][1]}: {user[-1][2].strip()}"
+            if user
+            else ""
+        )
         return f"module {module}{site}"
 
     def unsupported(self, node: Any, what: str = "") -> TorchImportError:
@@ -138,7 +145,7 @@ class Capture(ViewsMixin):
             return ""
         owner = next((p for p, c in reversed(stack) if not _builtin(c)), "")
         path = stack[-1][0]
-        return path[len(owner) + 1:] if owner else path
+        return path[len(owner) + 1 :] if owner else path
 
     def scopes(self, node: Any) -> tuple[Scope, ...]:
         out: list[Scope] = []
@@ -146,7 +153,7 @@ class Capture(ViewsMixin):
         for path, cls in self.module_stack(node):
             if _builtin(cls) or not path:
                 continue
-            label = path[len(parent) + 1:] if parent else path
+            label = path[len(parent) + 1 :] if parent else path
             out.append((_snake(_class_name(cls)), label, path))
             parent = path
         return (*out, *self.extra_scopes)
@@ -160,7 +167,7 @@ class Capture(ViewsMixin):
         finally:
             self.extra_scopes.pop()
 
-    # -- values ----------------------------------------------------------------------------------
+    # -- values ------------------------------------------------------------------------------------
     def _vars(self, dims: Sequence[Any]) -> list[int]:
         return [v for d in dims for v in (d if isinstance(d, tuple) else (d,))]
 
@@ -192,9 +199,12 @@ class Capture(ViewsMixin):
         user = next(iter(arg.users))
         tensor = self.folded[arg.name] if arg.name in self.folded else self._stored(arg.name)
         if tensor is None or tensor.dim() != 0:
-            raise self.unsupported(user, f"the buffer or constant tensor {fqn!r} as an operand "
-                                         "(only 0-d constants, parameters and causal masks are "
-                                         "imported)")
+            raise self.unsupported(
+                user,
+                f"the buffer or constant tensor {fqn!r} as an operand "
+                "(only 0-d constants, parameters and causal masks are "
+                "imported)",
+            )
         out = self._record(user, ops.Constant(float(tensor.item())), [], {})
         self.dims[arg.name] = []
         self.ref[arg.name] = out
@@ -211,27 +221,37 @@ class Capture(ViewsMixin):
         fqn = self.param_of[arg.name]
         user = next(iter(arg.users))
         owner = next((p for p, c in reversed(self.module_stack(user)) if not _builtin(c)), "")
-        name = fqn[len(owner) + 1:] if owner and fqn.startswith(owner + ".") else fqn
+        name = fqn[len(owner) + 1 :] if owner and fqn.startswith(owner + ".") else fqn
         array = self.param(arg)
         self._pending.clear()
-        dims = [self.axes.new(n, f"{name.split('.')[-1]}_{i}", 0) for i, n in enumerate(array.shape)]
-        out = self._record(user, ops.Learned(tuple(self.axis(v) for v in dims), name=name), [],
-                           {"weight": (array, fqn)})
+        dims = [
+            self.axes.new(n, f"{name.split('.')[-1]}_{i}", 0) for i, n in enumerate(array.shape)
+        ]
+        out = self._record(
+            user,
+            ops.Learned(tuple(self.axis(v) for v in dims), name=name),
+            [],
+            {"weight": (array, fqn)},
+        )
         self.dims[arg.name] = dims
         self.ref[arg.name] = out
 
     # -- recording ops -----------------------------------------------------------------------------
-    def _record(self, node: Any, op: Op, inputs: list[str],
-                params: dict[str, tuple[np.ndarray, str]]) -> str:
+    def _record(
+        self, node: Any, op: Op, inputs: list[str], params: dict[str, tuple[np.ndarray, str]]
+    ) -> str:
         self._count += 1
         out = f"%{self._count}"
-        self.records.append(Record(op, [self.ref.get(k, k) for k in inputs], out, self.scopes(node),
-                                   params))
+        self.records.append(
+            Record(op, [self.ref.get(k, k) for k in inputs], out, self.scopes(node), params)
+        )
         self.ref[out] = out
         self.ref[f"last:{node.name}"] = out
         self._last_record = out
-        self.axes.meet({int(a.uid[1:]) for a in op.axes() if a.uid.startswith("~")}
-                       | {v for k in inputs for v in self._vars(self.dims.get(k, []))})
+        self.axes.meet(
+            {int(a.uid[1:]) for a in op.axes() if a.uid.startswith("~")}
+            | {v for k in inputs for v in self._vars(self.dims.get(k, []))}
+        )
         return out
 
     def take_pending(self) -> list[str]:
@@ -239,8 +259,15 @@ class Capture(ViewsMixin):
         names, self._pending = self._pending, []
         return names
 
-    def op(self, node: Any, op: Op, inputs: list[str], params: dict[str, np.ndarray] | None = None,
-           extra: Sequence[int] = (), names: list[str] | None = None) -> str:
+    def op(
+        self,
+        node: Any,
+        op: Op,
+        inputs: list[str],
+        params: dict[str, np.ndarray] | None = None,
+        extra: Sequence[int] = (),
+        names: list[str] | None = None,
+    ) -> str:
         pending = self.take_pending()
         names = pending if names is None else names
         named = {k: (v, n) for (k, v), n in zip((params or {}).items(), names, strict=True)}
@@ -249,7 +276,7 @@ class Capture(ViewsMixin):
             self.axes.meet(extra)
         return out
 
-    # -- the walk ------------------------------------------------------------------------------------
+    # -- the walk ----------------------------------------------------------------------------------
     def run(self) -> None:
         for node in self.program.graph.nodes:
             if node.op == "placeholder":
@@ -277,10 +304,12 @@ class Capture(ViewsMixin):
         import torch
         from torch.utils._pytree import tree_flatten, tree_map
 
-        operands = [a for a in tree_flatten((node.args, node.kwargs))[0]
-                    if isinstance(a, torch.fx.Node)]
-        if not operands or not all(a.name in self.folded or a.name in self.const_of
-                                   for a in operands):
+        operands = [
+            a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, torch.fx.Node)
+        ]
+        if not operands or not all(
+            a.name in self.folded or a.name in self.const_of for a in operands
+        ):
             return False
 
         def value(a: Any) -> Any:
@@ -306,6 +335,8 @@ class Capture(ViewsMixin):
                 names[-2] = "seq"
         elif shape:
             names[-1] = "seq"
-        self.dims[node.name] = [self.axes.new(n, nm, 1 if nm != "features" else 0)
-                                for n, nm in zip(shape, names, strict=True)]
+        self.dims[node.name] = [
+            self.axes.new(n, nm, 1 if nm != "features" else 0)
+            for n, nm in zip(shape, names, strict=True)
+        ]
         self.ref[node.name] = node.name

@@ -25,10 +25,17 @@ class ViewsMixin:
     axes: Any
 
     if TYPE_CHECKING:  # provided by Capture
+
         def key(self, arg: Any) -> str: ...
         def alias(self, node: Any, src: Any, dims: list[Any] | None = None) -> None: ...
-        def op(self, node: Any, op: Any, inputs: list[str], params: Any = None,
-               extra: Sequence[int] = ()) -> str: ...
+        def op(
+            self,
+            node: Any,
+            op: Any,
+            inputs: list[str],
+            params: Any = None,
+            extra: Sequence[int] = (),
+        ) -> str: ...
         def unsupported(self, node: Any, what: str = "") -> Exception: ...
         def aten(self, node: Any) -> str: ...
         def shape(self, node: Any) -> tuple[int, ...]: ...
@@ -47,8 +54,11 @@ class ViewsMixin:
         outs: list[int] = []
         for d in dims:
             if isinstance(d, tuple):
-                merged = self.axes.new(int(np.prod([self.axes.size[v] for v in d])),
-                                       "_".join(self.axes.name(v) for v in d), 0.5)
+                merged = self.axes.new(
+                    int(np.prod([self.axes.size[v] for v in d])),
+                    "_".join(self.axes.name(v) for v in d),
+                    0.5,
+                )
                 ins.extend(d)
                 in_parts.extend((v,) for v in d)
                 outs.append(merged)
@@ -57,19 +67,32 @@ class ViewsMixin:
             new.append(d)
         return self._view(arg, key, ins, outs, in_parts, out_parts, new)
 
-    def _view(self, node: Any, key: str, ins: list[int], outs: list[int], in_parts: list[Any],
-              out_parts: list[Any], dims: list[Any]) -> str:
+    def _view(
+        self,
+        node: Any,
+        key: str,
+        ins: list[int],
+        outs: list[int],
+        in_parts: list[Any],
+        out_parts: list[Any],
+        dims: list[Any],
+    ) -> str:
         A = self.axis
-        op = ops.View(tuple(A(v) for v in ins), tuple(A(v) for v in outs),
-                    tuple(tuple(A(v) for v in p) for p in in_parts),
-                    tuple(tuple(A(v) for v in p) for p in out_parts))
+        op = ops.View(
+            tuple(A(v) for v in ins),
+            tuple(A(v) for v in outs),
+            tuple(tuple(A(v) for v in p) for p in in_parts),
+            tuple(tuple(A(v) for v in p) for p in out_parts),
+        )
         out = self.op(node, op, [key])
         self.dims[out] = dims
         return out
 
     def rename(self, node: Any, key: str, old: int, new: int) -> str:
-        dims = [new if d == old or (isinstance(d, int) and self.axes.same(d, old)) else d
-                for d in self.dims[key]]
+        dims = [
+            new if d == old or (isinstance(d, int) and self.axes.same(d, old)) else d
+            for d in self.dims[key]
+        ]
         return self._view(node, key, [old], [new], [(old,)], [(old,)], dims)
 
     def broadcast(self, node: Any, a: Sequence[int], b: Sequence[int]) -> list[int]:
@@ -94,22 +117,33 @@ class ViewsMixin:
         if len(node.users) != 1 or not self.users_are(node, VIEWS):
             return None
         shape, new = self.shape(node), self.shape(next(iter(node.users)))
-        if len(new) == len(shape) + 1 and new[:-2] == shape[:-1] and new[-2] * new[-1] == features \
-                and min(new[-2:]) > 1:
+        if (
+            len(new) == len(shape) + 1
+            and new[:-2] == shape[:-1]
+            and new[-2] * new[-1] == features
+            and min(new[-2:]) > 1
+        ):
             return new[-2], new[-1]
         return None
 
     def reshape(self, node: Any, src: Any, shape: tuple[int, ...]) -> None:
         key = self.key(src)
         dims = self.dims[key]
-        if dims and isinstance(dims[-1], tuple) and \
-                tuple(self.axes.size[v] for v in dims[-1]) == shape[len(dims) - 1:]:
+        if (
+            dims
+            and isinstance(dims[-1], tuple)
+            and tuple(self.axes.size[v] for v in dims[-1]) == shape[len(dims) - 1 :]
+        ):
             self.alias(node, src, [*dims[:-1], *dims[-1]])  # the split folded into nn.Linear
             return
         sizes = tuple(self.axes.size[d] for d in dims if isinstance(d, int))
-        if len(dims) >= 2 and len(shape) == len(dims) - 1 and shape[:-1] == sizes[:-2] \
-                and self.users_are(node, ("aten.linear",)) \
-                and all(u.args[0] is node for u in node.users):
+        if (
+            len(dims) >= 2
+            and len(shape) == len(dims) - 1
+            and shape[:-1] == sizes[:-2]
+            and self.users_are(node, ("aten.linear",))
+            and all(u.args[0] is node for u in node.users)
+        ):
             self.alias(node, src, [*dims[:-2], (dims[-2], dims[-1])])  # folds into nn.Linear
             return
         key = self.plain(src)
@@ -140,8 +174,11 @@ class ViewsMixin:
             if len(si) == 1 and len(sj) == 1:
                 new.append(si[0])
             elif len(si) == 1:
-                names = ("heads", "d_head") if len(sj) == 2 else \
-                    tuple(f"{self.axes.name(si[0])}_{k}" for k in range(len(sj)))
+                names = (
+                    ("heads", "d_head")
+                    if len(sj) == 2
+                    else tuple(f"{self.axes.name(si[0])}_{k}" for k in range(len(sj)))
+                )
                 parts = [self.axes.new(n, nm, 1) for n, nm in zip(sj, names, strict=True)]
                 ins.append(si[0])
                 in_parts.append(tuple(parts))
@@ -156,9 +193,13 @@ class ViewsMixin:
                 out_parts.append(tuple(si))
                 new.append(merged)
             else:
-                raise self.unsupported(node, f"the reshape to {list(shape)} (split and merge at once)")
+                raise self.unsupported(
+                    node, f"the reshape to {list(shape)} (split and merge at once)"
+                )
         if i != len(dims) or j != len(shape):
-            raise self.unsupported(node, f"the reshape to {list(shape)} (adds or drops size-1 dims)")
+            raise self.unsupported(
+                node, f"the reshape to {list(shape)} (adds or drops size-1 dims)"
+            )
         if not ins:
             self.alias(node, key, new)
             return

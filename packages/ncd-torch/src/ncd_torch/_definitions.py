@@ -40,8 +40,13 @@ def _attention(em: Emitter, nodes: list[Node], ins: list[int], outs: list[int]) 
     first, last = ops[0], ops[-1]
     if len(outs) != 1 or outs[0] != nodes[-1].outputs[0] or not 3 <= len(ops) <= 5:
         return None
-    if not (isinstance(first, L.Einsum) and isinstance(last, L.Einsum) and len(first.inputs) == 2
-            and len(last.inputs) == 2 and isinstance(ops[-2], L.Softmax)):
+    if not (
+        isinstance(first, L.Einsum)
+        and isinstance(last, L.Einsum)
+        and len(first.inputs) == 2
+        and len(last.inputs) == 2
+        and isinstance(ops[-2], L.Softmax)
+    ):
         return None
     if not all(len(s) == 2 for s in (*first.inputs, *last.inputs)):
         return None
@@ -53,7 +58,9 @@ def _attention(em: Emitter, nodes: list[Node], ins: list[int], outs: list[int]) 
         return None
     middle = ops[1:-2]
     scaled = any(isinstance(o, L.Scale) and o.by == (d,) and o.power == -0.5 for o in middle)
-    causal = any(isinstance(o, L.CausalMask) and (o.q, o.x, o.fill) == (q, x, "-inf") for o in middle)
+    causal = any(
+        isinstance(o, L.CausalMask) and (o.q, o.x, o.fill) == (q, x, "-inf") for o in middle
+    )
     if len(middle) != int(scaled) + int(causal) or (causal and not _same_size(g, q, x)):
         return None
     chain = [nodes[0].outputs[0]]
@@ -64,13 +71,19 @@ def _attention(em: Emitter, nodes: list[Node], ins: list[int], outs: list[int]) 
     values = [nodes[0].inputs[0], nodes[0].inputs[1], nodes[-1].inputs[1]]
     loop = nodes[-1].loop
     if set(nodes[0].loop) != set(loop) or any(
-            set(g.values[val].axes) != {*loop, *core} for val, core in
-            zip(values, [(q, d), (x, d), (x, v)], strict=True)):
+        set(g.values[val].axes) != {*loop, *core}
+        for val, core in zip(values, [(q, d), (x, d), (x, v)], strict=True)
+    ):
         return None
-    args = [em.arrange(val, loop, core) for val, core in
-            zip(values, [(q, d), (x, d), (x, v)], strict=True)]
-    return [em.call(F.scaled_dot_product_attention, *args, is_causal=causal,
-                    scale=None if scaled else 1.0)]
+    args = [
+        em.arrange(val, loop, core)
+        for val, core in zip(values, [(q, d), (x, d), (x, v)], strict=True)
+    ]
+    return [
+        em.call(
+            F.scaled_dot_product_attention, *args, is_causal=causal, scale=None if scaled else 1.0
+        )
+    ]
 
 
 #: definition name -> rule(emitter, the block's nodes, input values, output values).

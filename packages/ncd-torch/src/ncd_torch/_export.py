@@ -145,7 +145,10 @@ class Emitter:
                 f"{node.site or '?'}). Fix: register one with the ncd_register_lowerings hook "
                 "(Lowering(target='torch', kind=..., rule=...))."
             )
-        xs = [self.arrange(v, node.loop, core) for v, core in zip(node.inputs, node.core_in, strict=True)]
+        xs = [
+            self.arrange(v, node.loop, core)
+            for v, core in zip(node.inputs, node.core_in, strict=True)
+        ]
         ps = {p.name: self.fx.get_attr(self._relative(full)) for full, p in node.params()}
         self.lead = len(node.loop)
         outs = rule(node.op, xs, ps, self)
@@ -153,14 +156,15 @@ class Emitter:
             self.bind(v, y)
 
     def _relative(self, name: str) -> str:
-        return name[len(self.path) + 1:] if self.path else name
+        return name[len(self.path) + 1 :] if self.path else name
 
 
 class _Builder:
     """Builds the module tree bottom-up: children first, each a GraphModule in its holder."""
 
-    def __init__(self, graph: Graph, root: nn.Module, rules: Mapping[type, Any],
-                 fuse: bool = True) -> None:
+    def __init__(
+        self, graph: Graph, root: nn.Module, rules: Mapping[type, Any], fuse: bool = True
+    ) -> None:
         self.graph = graph
         self.fuse = fuse
         self.root = root
@@ -230,7 +234,7 @@ class _Builder:
         used_after = {v for i, n in enumerate(g.nodes) if i not in inside for v in n.inputs}
         outs = [v for i in run for v in g.nodes[i].outputs if v in used_after or v in g.outputs]
         module = self._fused(child, run, ins, outs) or self.build(child, run, ins, outs)
-        rel = self.plan[child][len(em.path) + 1:] if em.path else self.plan[child]
+        rel = self.plan[child][len(em.path) + 1 :] if em.path else self.plan[child]
         _put(em.holder, rel, module)
         if not outs:
             return  # nothing reads the block: it keeps its parameters but is never called
@@ -253,9 +257,14 @@ def _lowering_rules() -> dict[type, Any]:
     return rules
 
 
-def to_module(model: Any, *, params: Mapping[str, Any] | None = None,
-              dtype: torch.dtype = torch.float32, seed: int = 0,
-              fuse: bool = True) -> fx.GraphModule:
+def to_module(
+    model: Any,
+    *,
+    params: Mapping[str, Any] | None = None,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    fuse: bool = True,
+) -> fx.GraphModule:
     """A ``torch.nn.Module`` (a ``torch.fx.GraphModule``) computing ``model``.
 
     Parameters are ``nn.Parameter``s named as ``ncd.init`` names them, filled from ``params``
@@ -272,13 +281,20 @@ def to_module(model: Any, *, params: Mapping[str, Any] | None = None,
         from ncd.errors import ParameterError
 
         missing, extra = sorted(set(wanted) - set(values)), sorted(set(values) - set(wanted))
-        raise ParameterError(f"params do not match the model: missing {missing[:8]}, unexpected "
-                             f"{extra[:8]}. Fix: pass ncd.init(model) or a state dict of it.")
+        raise ParameterError(
+            f"params do not match the model: missing {missing[:8]}, unexpected "
+            f"{extra[:8]}. Fix: pass ncd.init(model) or a state dict of it."
+        )
     for name in wanted:
         array = values[name]
-        tensor = array.detach().clone() if isinstance(array, torch.Tensor) else \
-            torch.from_numpy(np.array(array))
+        tensor = (
+            array.detach().clone()
+            if isinstance(array, torch.Tensor)
+            else torch.from_numpy(np.array(array))
+        )
         _put(root, name, nn.Parameter(tensor.to(dtype)))
     builder = _Builder(graph, root, _lowering_rules(), fuse)
-    module = builder.build(0, list(range(len(graph.nodes))), list(graph.inputs), list(graph.outputs))
+    module = builder.build(
+        0, list(range(len(graph.nodes))), list(graph.inputs), list(graph.outputs)
+    )
     return module.eval()

@@ -13,8 +13,9 @@ import torch.nn.functional as F
 __all__ = ["Fill", "causal_mask", "l2norm", "linear_nd", "rmsnorm"]
 
 
-def linear_nd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, n_in: int,
-              n_out: int) -> torch.Tensor:
+def linear_nd(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, n_in: int, n_out: int
+) -> torch.Tensor:
     """A linear map over the last ``n_in`` dims to ``n_out`` dims; weight is (*out, *in)."""
     out_shape = weight.shape[:n_out]
     if n_in != 1:

@@ -22,6 +22,7 @@ from ncd_torch._import_rules import TorchImportError
 
 __all__ = ["Imported", "from_torch"]
 
+
 @attrs.frozen
 class Imported:
     """What ``from_torch`` returns; unpacks as ``model, params = from_torch(...)``."""
@@ -34,8 +35,14 @@ class Imported:
         return iter((self.model, self.params))
 
 
-def _emit(c: Capture, recs: list[Record], depth: int, env: dict[str, Any], later: dict[str, int],
-          start: int) -> None:
+def _emit(
+    c: Capture,
+    recs: list[Record],
+    depth: int,
+    env: dict[str, Any],
+    later: dict[str, int],
+    start: int,
+) -> None:
     pos = 0
     while pos < len(recs):
         rec = recs[pos]
@@ -57,8 +64,13 @@ def _emit(c: Capture, recs: list[Record], depth: int, env: dict[str, Any], later
             pos = end
             continue
 
-        def body(*ts: Any, group: list[Record] = group, ins: list[str] = ins,
-                 outs: list[str] = outs, first: int = first) -> Any:
+        def body(
+            *ts: Any,
+            group: list[Record] = group,
+            ins: list[str] = ins,
+            outs: list[str] = outs,
+            first: int = first,
+        ) -> Any:
             inner = dict(zip(ins, ts, strict=True))
             _emit(c, group, depth + 1, inner, later, first)
             return tuple(inner[k] for k in outs) if len(outs) > 1 else inner[outs[0]]
@@ -88,8 +100,10 @@ def from_torch(module: Any, example_inputs: Sequence[Any]) -> Imported:
     outs = [c.ref[name] for name in c.outputs]
     for k in outs:
         later[k] = len(c.records) + 1
-    types = [ArrayType(tuple(c.axes.axis(v) for v in c.dims[name]), c.dtype(_node(program, name)))
-             for name in c.user_inputs]
+    types = [
+        ArrayType(tuple(c.axes.axis(v) for v in c.dims[name]), c.dtype(_node(program, name)))
+        for name in c.user_inputs
+    ]
     root = type(module).__name__
 
     def body(*ts: Any) -> Any:
@@ -100,8 +114,15 @@ def from_torch(module: Any, example_inputs: Sequence[Any]) -> Imported:
             want = tuple(c.axes.axis(v) for v in c._vars(c.dims[name]))
             t = env[k]
             if t.axes != want:  # ncd orders axes by lifting; restore PyTorch's dim order
-                t = ops.prim(ops.View(t.axes, want, tuple((a,) for a in t.axes),
-                                    tuple((a,) for a in want), name="to_torch_order"))(t)
+                t = ops.prim(
+                    ops.View(
+                        t.axes,
+                        want,
+                        tuple((a,) for a in t.axes),
+                        tuple((a,) for a in want),
+                        name="to_torch_order",
+                    )
+                )(t)
             results.append(t)
         return tuple(results) if len(results) > 1 else results[0]
 

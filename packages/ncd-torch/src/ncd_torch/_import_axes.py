@@ -60,8 +60,11 @@ class AxisTable:
 
     def sizes_named(self, name: str) -> set[int]:
         """Sizes of the classes currently named ``name``."""
-        return {self.size[r] for r in {self.find(v) for v in range(len(self.parent))}
-                if self.name(r) == name}
+        return {
+            self.size[r]
+            for r in {self.find(v) for v in range(len(self.parent))}
+            if self.name(r) == name
+        }
 
     def meet(self, vs: Iterable[int]) -> None:
         self.meets.append(set(vs))

@@ -40,11 +40,28 @@ def import_rule(*names: str) -> Callable[[Rule], Rule]:
     return deco
 
 
-ACTIVATIONS = {"aten.relu": "relu", "aten.silu": "silu", "aten.tanh": "tanh",
-               "aten.sigmoid": "sigmoid", "aten.exp": "exp", "aten.neg": "neg",
-               "aten.sqrt": "sqrt", "aten.rsqrt": "rsqrt", "aten.abs": "abs", "aten.log": "log"}
-ARITH = {"aten.add": "add", "aten.sub": "sub", "aten.mul": "mul", "aten.div": "div",
-         "aten.rsub": "sub", "aten.maximum": "max", "aten.minimum": "min", "aten.pow": "pow"}
+ACTIVATIONS = {
+    "aten.relu": "relu",
+    "aten.silu": "silu",
+    "aten.tanh": "tanh",
+    "aten.sigmoid": "sigmoid",
+    "aten.exp": "exp",
+    "aten.neg": "neg",
+    "aten.sqrt": "sqrt",
+    "aten.rsqrt": "rsqrt",
+    "aten.abs": "abs",
+    "aten.log": "log",
+}
+ARITH = {
+    "aten.add": "add",
+    "aten.sub": "sub",
+    "aten.mul": "mul",
+    "aten.div": "div",
+    "aten.rsub": "sub",
+    "aten.maximum": "max",
+    "aten.minimum": "min",
+    "aten.pow": "pow",
+}
 ALIASES = ("aten.contiguous", "aten.clone", "aten.alias", "aten.detach", "aten.lift_fresh_copy")
 VIEWS = ("aten.view", "aten.reshape", "aten._unsafe_view", "aten.flatten", "aten.unflatten")
 
@@ -153,8 +170,9 @@ def _layer_norm(c: Capture, node: Any) -> None:
     params = {"weight": c.param(weight)} if weight is not None else {}
     if bias is not None:
         params["bias"] = c.param(bias)
-    op = L.LayerNorm(tuple(c.axis(v) for v in axes), eps, weight is not None, bias is not None,
-                     name=c.leaf(node))
+    op = L.LayerNorm(
+        tuple(c.axis(v) for v in axes), eps, weight is not None, bias is not None, name=c.leaf(node)
+    )
     c.op(node, op, [x], params)
     c.set(node, c.dims[x])
 
@@ -171,7 +189,9 @@ def _rms_norm(c: Capture, node: Any) -> None:
     for v in axes:
         c.axes.hint(v, "d_model", 3)
     params = {"weight": c.param(weight)} if weight is not None else {}
-    op = L.RMSNorm(tuple(c.axis(v) for v in axes), float(eps), weight is not None, name=c.leaf(node))
+    op = L.RMSNorm(
+        tuple(c.axis(v) for v in axes), float(eps), weight is not None, name=c.leaf(node)
+    )
     c.op(node, op, [x], params)
     c.set(node, c.dims[x])
 
@@ -182,8 +202,13 @@ def _embedding(c: Capture, node: Any) -> None:
     table = c.param(weight)
     vocab = c.axes.new(table.shape[0], "vocab", 3)
     out = c.axes.new(table.shape[1], "d_model", 2)
-    c.op(node, L.Embedding(c.axis(vocab), (c.axis(out),), name=c.leaf(node)), [ids],
-         {"weight": table}, extra=[vocab])
+    c.op(
+        node,
+        L.Embedding(c.axis(vocab), (c.axis(out),), name=c.leaf(node)),
+        [ids],
+        {"weight": table},
+        extra=[vocab],
+    )
     c.set(node, [*c.dims[ids], out])
 
 
@@ -209,8 +234,18 @@ def _linear(c: Capture, node: Any) -> None:
     for k, (size, user) in enumerate(chunks):
         rows = slice(start, start + size)
         chunk_names = [f"{n}[{start}:{start + size}]" for n in names]
-        _one_linear(c, node, user, x, lead, ins, w[rows], None if bias is None else bias[rows],
-                    f"{name}_{k}", chunk_names)
+        _one_linear(
+            c,
+            node,
+            user,
+            x,
+            lead,
+            ins,
+            w[rows],
+            None if bias is None else bias[rows],
+            f"{name}_{k}",
+            chunk_names,
+        )
         start += size
 
 
@@ -231,13 +266,26 @@ def _split_users(c: Capture, node: Any) -> list[tuple[int, Any]] | None:
     return list(zip(sizes, users, strict=True))
 
 
-def _one_linear(c: Capture, node: Any, out: Any, x: str, lead: list[Any], ins: tuple[int, ...],
-                w: np.ndarray, bias: np.ndarray | None, name: str, names: list[str]) -> None:
+def _one_linear(
+    c: Capture,
+    node: Any,
+    out: Any,
+    x: str,
+    lead: list[Any],
+    ins: tuple[int, ...],
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    name: str,
+    names: list[str],
+) -> None:
     """Record one Linear of ``node`` whose result is the value ``out`` (the node or a chunk)."""
     features = w.shape[0]
     split = c.split_by_view(out, features)
     if split is not None:  # out_features viewed as (heads, d_head): fold the view
-        outs: tuple[int, ...] = (c.axes.new(split[0], "heads", 3), c.axes.new(split[1], "d_head", 3))
+        outs: tuple[int, ...] = (
+            c.axes.new(split[0], "heads", 3),
+            c.axes.new(split[1], "d_head", 3),
+        )
         w = w.reshape(*split, *w.shape[1:])
         bias = None if bias is None else bias.reshape(split)
     else:
@@ -246,8 +294,9 @@ def _one_linear(c: Capture, node: Any, out: Any, x: str, lead: list[Any], ins: t
             hint = "vocab"  # an unembedding back to the embedding's vocabulary
         outs = (c.axes.new(features, hint, 2 if hint in ("d_ff", "vocab") else 0.4),)
     params = {"weight": w} if bias is None else {"weight": w, "bias": bias}
-    op = L.Linear(tuple(c.axis(v) for v in ins), tuple(c.axis(v) for v in outs), bias is not None,
-                  name=name)
+    op = L.Linear(
+        tuple(c.axis(v) for v in ins), tuple(c.axis(v) for v in outs), bias is not None, name=name
+    )
     c.op(node, op, [x], params, extra=list(outs), names=names)
     c.set(out, [*lead, outs if split is not None else outs[0]], recorded=True)
 
@@ -292,7 +341,9 @@ def _einsum(c: Capture, node: Any) -> None:
             taken = [d for d, u in letters.items() if d != ch and c.axes.same(u, v)]
             if ch in letters and c.axes.same(letters[ch], v):
                 continue
-            if taken or (ch in letters and any(c.axes.same(letters[ch], u) for u in c.dims[keys[n]])):
+            if taken or (
+                ch in letters and any(c.axes.same(letters[ch], u) for u in c.dims[keys[n]])
+            ):
                 # another letter already stands for this dim's axis: this one is its own axis
                 fresh = letters.get(ch) or c.axes.new(c.axes.size[v], c.axes.name(v) + "_2", 1)
                 keys[n] = c.rename(node, keys[n], v, fresh)
@@ -333,8 +384,9 @@ def _sdpa(c: Capture, node: Any) -> None:
     with c.scope(node, "attention"):
         scores = c.op(node, L.Einsum(((Q, D), (X, D)), (Q, X)), [q, k], extra=batch)
         scale = args.get("scale")
-        scores = c.op(node, L.Scale((D,), -0.5) if scale is None else
-                      L.Scalar("mul", float(scale)), [scores])
+        scores = c.op(
+            node, L.Scale((D,), -0.5) if scale is None else L.Scalar("mul", float(scale)), [scores]
+        )
         if causal:
             scores = c.op(node, L.CausalMask(Q, X), [scores])
         weights = c.op(node, L.Softmax(X), [scores])
@@ -350,8 +402,11 @@ def _masked_fill(c: Capture, node: Any) -> None:
 
     x, mask, fill = node.args[:3]
     if getattr(mask, "name", None) not in c.folded:
-        raise c.unsupported(node, "a mask computed from the inputs (only constant causal masks "
-                                  "made from buffers are imported)")
+        raise c.unsupported(
+            node,
+            "a mask computed from the inputs (only constant causal masks "
+            "made from buffers are imported)",
+        )
     names = {float("-inf"): "-inf", 0.0: "0"}
     if isinstance(fill, torch.fx.Node) or float(fill) not in names:
         raise c.unsupported(node, f"fill value {fill!r} (only -inf and 0)")

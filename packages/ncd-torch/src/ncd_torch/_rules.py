@@ -63,8 +63,12 @@ BINARY: dict[str, Callable[..., Any]] = {
     # not operator.pow: fx prints it infix, and a negative constant base, -1.5 ** x, is -(1.5 ** x)
     "pow": torch.pow,
 }
-REDUCE: dict[str, Callable[..., Any]] = {"sum": torch.sum, "max": torch.amax, "min": torch.amin,
-                                         "mean": torch.mean}
+REDUCE: dict[str, Callable[..., Any]] = {
+    "sum": torch.sum,
+    "max": torch.amax,
+    "min": torch.amin,
+    "mean": torch.mean,
+}
 
 
 def _trailing(n: int) -> tuple[int, ...]:
@@ -176,9 +180,13 @@ def _view(op: L.View, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[
         if len(parts) != 1 or parts[0] != axis:
             sizes = [em.size(a, allow_free=True) for a in parts]
             if sizes.count(None) > 1:
-                free = ", ".join(a.describe() for a, s in zip(parts, sizes, strict=True) if s is None)
-                raise SizeError(f"{op.label}: the split of {axis.describe()} has several free "
-                                f"parts ({free}). Fix: bind all but one of them.")
+                free = ", ".join(
+                    a.describe() for a, s in zip(parts, sizes, strict=True) if s is None
+                )
+                raise SizeError(
+                    f"{op.label}: the split of {axis.describe()} has several free "
+                    f"parts ({free}). Fix: bind all but one of them."
+                )
             x = em.method(x, "unflatten", cursor, tuple(-1 if s is None else s for s in sizes))
         cursor += len(parts)
     elems = op.elementary

@@ -13,6 +13,16 @@ from ncd.codegen.rules import CODEGEN_RULES, Rule, codegen_rule
 from ncd.codegen.source import sanitize
 
 __all__ = [
-    "CODEGEN_RULES", "C_MATH", "Buffer", "Dialect", "KernelGen", "KernelSource", "Layouts", "Rule",
-    "codegen_rule", "render_kernel", "row_major", "sanitize",
+    "CODEGEN_RULES",
+    "C_MATH",
+    "Buffer",
+    "Dialect",
+    "KernelGen",
+    "KernelSource",
+    "Layouts",
+    "Rule",
+    "codegen_rule",
+    "render_kernel",
+    "row_major",
+    "sanitize",
 ]

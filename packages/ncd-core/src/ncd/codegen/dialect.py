@@ -18,8 +18,17 @@ __all__ = ["C_MATH", "Dialect"]
 #: ``fmax_any``/``fmin_any`` may drop a NaN operand (a softmax's running maximum: a NaN score
 #: makes the row NaN through its exponential anyway), which compiles and runs cheaper.
 C_MATH: dict[str, str] = {
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "fabs": "fabs", "fmax": "fmax",
-    "fmin": "fmin", "fmax_any": "fmax", "fmin_any": "fmin", "erf": "erf", "tanh": "tanh",
+    "exp": "exp",
+    "log": "log",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "fabs": "fabs",
+    "fmax": "fmax",
+    "fmin": "fmin",
+    "fmax_any": "fmax",
+    "fmin_any": "fmin",
+    "erf": "erf",
+    "tanh": "tanh",
     "pow": "pow",
 }
 

@@ -81,8 +81,10 @@ class Buffer:
     def address_at(self, exprs: Sequence[str]) -> str:
         """The element offset for one index expression per storage position."""
         if len(exprs) != len(self.axes):
-            raise ScheduleError(f"buffer {self.name} has {len(self.axes)} axes, addressed with "
-                                f"{len(exprs)} index expressions (a code generation bug)")
+            raise ScheduleError(
+                f"buffer {self.name} has {len(self.axes)} axes, addressed with "
+                f"{len(exprs)} index expressions (a code generation bug)"
+            )
         terms = []
         for e, s in zip(exprs, self.strides, strict=True):
             if e == "0":

@@ -52,8 +52,13 @@ def lit(x: float, dialect: Dialect) -> str:
 class KernelGen:
     """State of one kernel being rendered; rules call its helpers."""
 
-    def __init__(self, kernel: Kernel, dialect: Dialect, rules: Mapping[type, Any],
-                 layouts: Layouts | None = None) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        dialect: Dialect,
+        rules: Mapping[type, Any],
+        layouts: Layouts | None = None,
+    ) -> None:
         self.kernel = kernel
         self.graph = kernel.graph
         self.dialect = dialect
@@ -83,7 +88,7 @@ class KernelGen:
         """An index constant of type ``itype`` (so ``min(i, n)`` picks one overload)."""
         return f"({self.itype}){n}" if self.wide else str(n)
 
-    # -- names and buffers -----------------------------------------------------------------------
+    # -- names and buffers -------------------------------------------------------------------------
     def unique(self, hint: str, prefix: str = "v") -> str:
         base = sanitize(hint, prefix)
         name, k = base, 1
@@ -109,8 +114,14 @@ class KernelGen:
             axes = self.layouts.get(v, t.axes)
             prefix = "out" if output else "in"
             name = self.unique(f"{prefix}{v}")
-            self.buffers[key] = Buffer(name, axes, row_major(axes, self._sizes(axes)),
-                                       CTYPES.get(t.dtype, "float"), value=v, output=output)
+            self.buffers[key] = Buffer(
+                name,
+                axes,
+                row_major(axes, self._sizes(axes)),
+                CTYPES.get(t.dtype, "float"),
+                value=v,
+                output=output,
+            )
         return self.buffers[key]
 
     def param_buffer(self, node: Node, pname: str) -> Buffer:
@@ -119,8 +130,9 @@ class KernelGen:
         if key not in self.buffers:
             p = next(p for p in node.op.params() if p.name == pname)
             name = self.unique(f"w_{full}")
-            self.buffers[key] = Buffer(name, p.axes, row_major(p.axes, self._sizes(p.axes)),
-                                       param=full)
+            self.buffers[key] = Buffer(
+                name, p.axes, row_major(p.axes, self._sizes(p.axes)), param=full
+            )
         return self.buffers[key]
 
     def param(self, node: Node, pname: str, index: Mapping[Axis, str]) -> str:
@@ -167,14 +179,24 @@ class KernelGen:
             return f"(({self.vtype})({b.name}[{addr}]))"
         return f"{b.name}[{addr}]"
 
-    def accumulate(self, axes: tuple[Axis, ...], index: Mapping[Axis, str], kind: str,
-                   term: Any, hint: str = "acc", nan: bool = True) -> str:
+    def accumulate(
+        self,
+        axes: tuple[Axis, ...],
+        index: Mapping[Axis, str],
+        kind: str,
+        term: Any,
+        hint: str = "acc",
+        nan: bool = True,
+    ) -> str:
         """``kind`` (sum | max | min) of ``term(index)`` over ``axes``; a scalar variable.
         ``nan=False``: a max/min that may drop NaN operands (``fmax_any``)."""
         any_ = "" if nan else "_any"
         init = {"sum": "0.0f", "max": f"-{self.dialect.inf}", "min": self.dialect.inf}[kind]
-        step = {"sum": "{a} += {t};", "max": "{a} = " + self.fn("fmax" + any_) + "({a}, {t});",
-                "min": "{a} = " + self.fn("fmin" + any_) + "({a}, {t});"}[kind]
+        step = {
+            "sum": "{a} += {t};",
+            "max": "{a} = " + self.fn("fmax" + any_) + "({a}, {t});",
+            "min": "{a} = " + self.fn("fmin" + any_) + "({a}, {t});",
+        }[kind]
         if self.vec is not None and tuple(axes) == (self.vec,):
             acc = self.var(f"({self.vtype})({init})", f"{hint}v", self.vtype)
             with self.loop(self.vec) as i:
@@ -223,8 +245,9 @@ class KernelGen:
         if axis == self.vec:
             self.vec_vars.add(i)
             step = self.dialect.vector_width
-            return _Loop(self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; {i} += {step})",
-                         i)
+            return _Loop(
+                self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; {i} += {step})", i
+            )
         return _Loop(self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; ++{i})", i)
 
     def lit(self, x: float) -> str:
@@ -233,7 +256,7 @@ class KernelGen:
     def fn(self, name: str) -> str:
         return self.dialect.fn(name)
 
-    # -- values --------------------------------------------------------------------------------------
+    # -- values ------------------------------------------------------------------------------------
     def load(self, v: int, index: Mapping[Axis, str]) -> str:
         """An expression for value ``v`` at ``index`` (a C index expression per axis)."""
         axes = self.graph.values[v].axes
@@ -284,7 +307,7 @@ class KernelGen:
             self.w.remember(key, out)
         return out
 
-    # -- the pointwise driver ------------------------------------------------------------------------
+    # -- the pointwise driver ----------------------------------------------------------------------
     def serial_axes(self) -> set[Axis]:
         """Axes a work-item must walk itself: normalised/streamed axes of member nodes, and
         the vector axis in vector mode."""
@@ -315,8 +338,9 @@ class KernelGen:
             a = self.alias[a]
         return a
 
-    def open_grid(self, par: list[Axis], block: Mapping[Axis, int] | None = None
-                  ) -> tuple[dict[Axis, str], int]:
+    def open_grid(
+        self, par: list[Axis], block: Mapping[Axis, int] | None = None
+    ) -> tuple[dict[Axis, str], int]:
         """Declare the work-item's indices (the NDRange is flattened to one dimension). An axis
         in ``block`` gives each work-item that many consecutive indices: its index is the first
         of them (``block[a] * k``) and the grid holds ``ceil(size / block[a])`` along it."""
@@ -377,7 +401,9 @@ class KernelGen:
         else:
             body(dict(env), loops)
 
-    def source(self, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, style: str) -> KernelSource:
+    def source(
+        self, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, style: str
+    ) -> KernelSource:
         name = sanitize(self.kernel.name or "kernel", "k")
         bufs = sorted(self.buffers.values(), key=lambda b: (b.output, b.param is not None))
         args = ",\n    ".join(
@@ -387,7 +413,9 @@ class KernelGen:
         if lsize is not None and self.dialect.reqd_local:
             dims = [*lsize, 1, 1][:3]
             attr = self.dialect.reqd_local.format(x=dims[0], y=dims[1], z=dims[2]) + "\n"
-        head = f"// {comment(str(self.kernel))}\n{attr}{self.dialect.kernel} {name}(\n    {args})\n{{"
+        head = (
+            f"// {comment(str(self.kernel))}\n{attr}{self.dialect.kernel} {name}(\n    {args})\n{{"
+        )
         text = f"{head}\n{self.w.render()}\n}}\n"
         return KernelSource(name, text, tuple(bufs), gsize, lsize, self.kernel, style)
 
@@ -427,8 +455,13 @@ class _Loop:
         self._cm.__exit__(*exc)
 
 
-def render_kernel(kernel: Kernel, dialect: Dialect, rules: Mapping[type, Any] | None = None,
-                  layouts: Layouts | None = None, templates: Sequence[Any] = ()) -> KernelSource:
+def render_kernel(
+    kernel: Kernel,
+    dialect: Dialect,
+    rules: Mapping[type, Any] | None = None,
+    layouts: Layouts | None = None,
+    templates: Sequence[Any] = (),
+) -> KernelSource:
     """Render one planned kernel. ``templates`` are tried first (each returns a ``KernelSource``
     or ``None`` when the kernel does not fit it); the pointwise driver is the fallback."""
     from ncd.codegen.rules import CODEGEN_RULES

@@ -44,8 +44,10 @@ UNARY_C: dict[str, F] = {
     "neg": lambda g, x: f"(-{x})",
     "relu": lambda g, x: f"{g.fn('fmax')}({x}, 0.0f)",
     "gelu": lambda g, x: f"(0.5f * {x} * (1.0f + {g.fn('erf')}({x} * 0.70710678118654752f)))",
-    "gelu_tanh": lambda g, x: (f"(0.5f * {x} * (1.0f + {g.fn('tanh')}(0.79788456080286536f * "
-                               f"({x} + 0.044715f * {x} * {x} * {x}))))"),
+    "gelu_tanh": lambda g, x: (
+        f"(0.5f * {x} * (1.0f + {g.fn('tanh')}(0.79788456080286536f * "
+        f"({x} + 0.044715f * {x} * {x} * {x}))))"
+    ),
     "silu": lambda g, x: f"({x} / (1.0f + {g.fn('exp')}(-{x})))",
     "sigmoid": lambda g, x: f"(1.0f / (1.0f + {g.fn('exp')}(-{x})))",
     "tanh": lambda g, x: f"{g.fn('tanh')}({x})",
@@ -110,8 +112,12 @@ def _causal(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     return f"(({index[op.x]}) <= ({index[op.q]}) + {offset} ? {x} : {fill})"
 
 
-def _reduce_loops(gen: KernelGen, axes: tuple[Axis, ...], index: Mapping[Axis, str],
-                  body: Callable[[dict[Axis, str]], None]) -> None:
+def _reduce_loops(
+    gen: KernelGen,
+    axes: tuple[Axis, ...],
+    index: Mapping[Axis, str],
+    body: Callable[[dict[Axis, str]], None],
+) -> None:
     def go(env: dict[Axis, str], rest: tuple[Axis, ...]) -> None:
         if not rest:
             body(env)
@@ -148,8 +154,9 @@ def _einsum(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     return acc
 
 
-def linear_weight(gen: KernelGen, node: Node, out: Mapping[Axis, str],
-                  inp: Mapping[Axis, str]) -> str:
+def linear_weight(
+    gen: KernelGen, node: Node, out: Mapping[Axis, str], inp: Mapping[Axis, str]
+) -> str:
     """The weight ``(*out_axes, *in_axes)`` of a Linear at output index ``out`` and input index
     ``inp``, by position: in ``linear("d -> d")`` both halves are the axis ``d``, with different
     indices (the output's and the contracted one)."""
@@ -223,16 +230,23 @@ def _l2norm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     core = (op.axis,)
 
     def stats() -> str:
-        s = gen.accumulate(core, index, "sum",
-                           lambda env: f"{_ins(gen, node, env)} * {_ins(gen, node, env)}", "ss")
+        s = gen.accumulate(
+            core, index, "sum", lambda env: f"{_ins(gen, node, env)} * {_ins(gen, node, env)}", "ss"
+        )
         return gen.let(f"{gen.fn('rsqrt')}({s} + {gen.lit(op.eps)})", "rn")
 
     r = gen.shared(("l2", *_row_key(node, index, core)), _outer(index, core), stats)
     return f"({_ins(gen, node, index)} * {r})"
 
 
-def _moments(gen: KernelGen, node: Node, index: Mapping[Axis, str], core: tuple[Axis, ...],
-             eps: float, centred: bool) -> tuple[str, str]:
+def _moments(
+    gen: KernelGen,
+    node: Node,
+    index: Mapping[Axis, str],
+    core: tuple[Axis, ...],
+    eps: float,
+    centred: bool,
+) -> tuple[str, str]:
     n = math.prod(gen.size(a) for a in core)
     mu = "0.0f"
     if centred:
@@ -252,8 +266,11 @@ def _moments(gen: KernelGen, node: Node, index: Mapping[Axis, str], core: tuple[
 def _layernorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.LayerNorm = node.op  # type: ignore[assignment]
     core = op.axes_
-    mu, r = gen.shared(("ln", *_row_key(node, index, core)), _outer(index, core),
-                       lambda: _moments(gen, node, index, core, op.eps, True))
+    mu, r = gen.shared(
+        ("ln", *_row_key(node, index, core)),
+        _outer(index, core),
+        lambda: _moments(gen, node, index, core, op.eps, True),
+    )
     y = f"(({_ins(gen, node, index)} - {mu}) * {r})"
     if op.affine:
         y = f"{y} * {gen.param(node, 'weight', index)}"
@@ -266,8 +283,11 @@ def _layernorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 def _rmsnorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.RMSNorm = node.op  # type: ignore[assignment]
     core = op.axes_
-    _, r = gen.shared(("rms", *_row_key(node, index, core)), _outer(index, core),
-                      lambda: _moments(gen, node, index, core, op.eps, False))
+    _, r = gen.shared(
+        ("rms", *_row_key(node, index, core)),
+        _outer(index, core),
+        lambda: _moments(gen, node, index, core, op.eps, False),
+    )
     y = f"({_ins(gen, node, index)} * {r})"
     return f"{y} * {gen.param(node, 'weight', index)}" if op.affine else y
 
@@ -278,10 +298,12 @@ def _embedding(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     # clamped into the table: the host refuses ids out of range before launch
     # (IndexRangeError); inside the kernel no id, whatever its value, reads outside the table
     last = gen.size(op.vocab) - 1
-    raw = gen.let(_ins(gen, node, index), "id", CTYPES.get(gen.graph.values[node.inputs[0]].dtype,
-                                                          "long"))
-    ids = gen.let(f"({gen.itype})({raw} < 0 ? 0 : {raw} > {last} ? {last} : {raw})", "tok",
-                  gen.itype)
+    raw = gen.let(
+        _ins(gen, node, index), "id", CTYPES.get(gen.graph.values[node.inputs[0]].dtype, "long")
+    )
+    ids = gen.let(
+        f"({gen.itype})({raw} < 0 ? 0 : {raw} > {last} ? {last} : {raw})", "tok", gen.itype
+    )
     return gen.param_at(node, "weight", [ids, *(index[a] for a in op.out_axes)])
 
 

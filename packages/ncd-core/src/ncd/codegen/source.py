@@ -19,16 +19,73 @@ _BAD = re.compile(r"[^A-Za-z0-9_]")
 #: ``INFINITY``) starts with one of them followed by ``_``.
 CLASS_TAGS = frozenset({"i", "i0", "w", "t", "n", "v", "k", "x"})
 #: Built-in op kinds that name the values they compute as they are (``float softmax = ...``).
-_OP_KINDS = frozenset({
-    "unary", "binary", "scalar", "einsum", "linear", "softmax", "l2norm", "layernorm",
-    "rmsnorm", "causal_mask", "embedding", "dropout", "view", "learned", "reduce", "scale",
-})
+_OP_KINDS = frozenset(
+    {
+        "unary",
+        "binary",
+        "scalar",
+        "einsum",
+        "linear",
+        "softmax",
+        "l2norm",
+        "layernorm",
+        "rmsnorm",
+        "causal_mask",
+        "embedding",
+        "dropout",
+        "view",
+        "learned",
+        "reduce",
+        "scale",
+    }
+)
 #: Names the generator writes itself: template variables and the built-in op kinds.
-_INTERNAL = frozenset({
-    "gid", "acc", "dot", "ss", "sc", "pv", "p", "mv", "m", "lim", "lane", "l", "inv", "e", "d",
-    "mu", "rstd", "sq", "sum", "mx", "den", "red", "rn", "tok", "id", "mnew", "c", "scale", "val",
-    "mb", "ps", "qv", "t", "i", "v", "x", "n", "k", "nb",
-}) | _OP_KINDS
+_INTERNAL = (
+    frozenset(
+        {
+            "gid",
+            "acc",
+            "dot",
+            "ss",
+            "sc",
+            "pv",
+            "p",
+            "mv",
+            "m",
+            "lim",
+            "lane",
+            "l",
+            "inv",
+            "e",
+            "d",
+            "mu",
+            "rstd",
+            "sq",
+            "sum",
+            "mx",
+            "den",
+            "red",
+            "rn",
+            "tok",
+            "id",
+            "mnew",
+            "c",
+            "scale",
+            "val",
+            "mb",
+            "ps",
+            "qv",
+            "t",
+            "i",
+            "v",
+            "x",
+            "n",
+            "k",
+            "nb",
+        }
+    )
+    | _OP_KINDS
+)
 _INTERNAL_V = frozenset(f"{w}v" for w in _INTERNAL)  # vector accumulators (``sqv``)
 #: template names with an index: ``m0``, ``s0_1``, ``in3``, ``out2``, ``k0_softmax_linear``
 _NUMBERED = re.compile(r"(?:in|out|k|m|n|s|a|b|c)\d+(?:_[A-Za-z0-9]+)*")
@@ -45,8 +102,12 @@ def sanitize(name: str, prefix: str = "n") -> str:
     if not out:
         return prefix
     tag = out.split("_", 1)[0]
-    trusted = (out in _INTERNAL or out in _INTERNAL_V or _NUMBERED.fullmatch(out) is not None
-               or ("_" in out and tag in CLASS_TAGS))
+    trusted = (
+        out in _INTERNAL
+        or out in _INTERNAL_V
+        or _NUMBERED.fullmatch(out) is not None
+        or ("_" in out and tag in CLASS_TAGS)
+    )
     if not trusted:
         out = f"{prefix}_{out}"
     return out[:48]

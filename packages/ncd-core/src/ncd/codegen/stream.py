@@ -26,7 +26,6 @@ from ncd.ops import _library as L
 __all__ = ["STREAM_ACCUMULATORS", "StreamAccumulator", "streamed_template"]
 
 
-
 @attrs.frozen
 class StreamAccumulator:
     """How one normaliser streams: ``init`` declares state, ``step(s)`` returns (rescale of the
@@ -59,8 +58,9 @@ def _softmax_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tup
     return c, p
 
 
-def _softmax_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int,
-                   vec: bool = False) -> str:
+def _softmax_block(
+    gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int, vec: bool = False
+) -> str:
     # one max and one rescale per chunk; the chunk's exponentials form one loop (on vectors,
     # exp(floatN) is a single vectorised call)
     w, fmax, exp = gen.w, gen.fn("fmax_any"), gen.fn("exp")
@@ -76,8 +76,9 @@ def _softmax_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: i
     return c
 
 
-def _l2_block(gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int,
-              vec: bool = False) -> None:
+def _l2_block(
+    gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int, vec: bool = False
+) -> None:
     t = gen.vtype if vec else "float"
     qv = gen.var(f"({t})(0.0f)" if vec else "0.0f", "qv", t)
     gen.w.line(f"for (int u = 0; u < {n}; ++u) {qv} += {sc}[u] * {sc}[u];")
@@ -97,13 +98,20 @@ def _l2_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tuple[st
 STREAM_ACCUMULATORS: dict[type, StreamAccumulator] = {
     # pad -inf: a padded score weighs exp(-inf - m) = 0 (m stays finite, see _softmax_init),
     # also in a row whose every real score is -inf (a finite pad would weigh exp(0) = 1 there)
-    L.Softmax: StreamAccumulator(_softmax_init, _softmax_step,
-                                 lambda g, n, st: f"(1.0f / {st['l']})", _softmax_block,
-                                 "-{inf}"),
+    L.Softmax: StreamAccumulator(
+        _softmax_init,
+        _softmax_step,
+        lambda g, n, st: f"(1.0f / {st['l']})",
+        _softmax_block,
+        "-{inf}",
+    ),
     L.L2Norm: StreamAccumulator(
-        _l2_init, _l2_step,
+        _l2_init,
+        _l2_step,
         lambda g, n, st: f"{g.fn('rsqrt')}({st['ss']} + {g.lit(n.op.eps)})",  # type: ignore[attr-defined]
-        _l2_block, "0.0f"),
+        _l2_block,
+        "0.0f",
+    ),
 }
 
 
@@ -127,8 +135,9 @@ class _Acc:
     With ``vec`` (an axis of unit stride, a multiple of the vector width) it is an array of
     vectors along that axis."""
 
-    def __init__(self, gen: KernelGen, node: Node, env: dict[Axis, str],
-                 vec: Axis | None = None) -> None:
+    def __init__(
+        self, gen: KernelGen, node: Node, env: dict[Axis, str], vec: Axis | None = None
+    ) -> None:
         self.node = node
         out = node.outputs[0]
         self.free = [a for a in gen.graph.values[out].axes if a not in env]
@@ -158,8 +167,9 @@ class _Acc:
         gen.w.line(f"for (int j = 0; j < {n}; ++j) {self.name}[j] *= {factor};")
 
 
-def _over(gen: KernelGen, axes: list[Axis], env: dict[Axis, str],
-          body: Callable[[dict[Axis, str]], Any]) -> None:
+def _over(
+    gen: KernelGen, axes: list[Axis], env: dict[Axis, str], body: Callable[[dict[Axis, str]], Any]
+) -> None:
     def go(e: dict[Axis, str], rest: list[Axis]) -> None:
         if not rest:
             body(e)
@@ -196,8 +206,11 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
     x = k.streamed[0]
     kinds = k.accumulators()
     g = gen.graph
-    done = [i for i in k.nodes if kinds.get(i) in COMPLETING
-            and isinstance(g.nodes[i].op, L.Einsum | L.Linear | L.Reduce)]
+    done = [
+        i
+        for i in k.nodes
+        if kinds.get(i) in COMPLETING and isinstance(g.nodes[i].op, L.Einsum | L.Linear | L.Reduce)
+    ]
     if not done:
         return None
     par = [a for a in gen.grid() if a != x]
@@ -219,7 +232,8 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
             acc.norm = parts[0]
             acc.state = STREAM_ACCUMULATORS[type(acc.norm.op)].init(gen, acc.norm)
         init = {"max": f"-{gen.dialect.inf}", "min": gen.dialect.inf}.get(
-            getattr(node.op, "fn", ""), "0.0f")
+            getattr(node.op, "fn", ""), "0.0f"
+        )
         acc.declare(gen, init)
         accs.append(acc)
     limit = str(gen.size(x))
@@ -249,8 +263,11 @@ ROWS_GROUP = 8  # work-items per work-group there
 def _normalised(gen: KernelGen, node: Node) -> tuple[Node, int] | None:
     """(normaliser, other operand) when ``node`` contracts ``norm_x(s) * other`` directly."""
     g = gen.graph
-    norms = [v for v in node.inputs if v in gen.made_here
-             and type(g.nodes[gen.made_here[v]].op) in STREAM_ACCUMULATORS]
+    norms = [
+        v
+        for v in node.inputs
+        if v in gen.made_here and type(g.nodes[gen.made_here[v]].op) in STREAM_ACCUMULATORS
+    ]
     if len(norms) != 1 or len(node.inputs) != 2:
         return None
     return g.nodes[gen.made_here[norms[0]]], next(v for v in node.inputs if v != norms[0])
@@ -295,14 +312,18 @@ def _vector_axis(gen: KernelGen, node: Node, other: int, env: dict[Axis, str]) -
             return None
     for i in k.nodes:
         n = g.nodes[i]
-        if n is not node and any(v in g.values[o].axes for o in n.outputs) and not isinstance(
-                n.op, VECTOR_OPS):
+        if (
+            n is not node
+            and any(v in g.values[o].axes for o in n.outputs)
+            and not isinstance(n.op, VECTOR_OPS)
+        ):
             return None
     return v
 
 
-def _rows_template(gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: Node,
-                   other: int) -> KernelSource | None:
+def _rows_template(
+    gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: Node, other: int
+) -> KernelSource | None:
     """A lone normalised contraction in chunks of keys, ``ROWS`` query rows per work-item:
     per chunk the scores of every row into ``sc[]``, the normaliser's block update, then
     ``acc[v] = acc[v] * rescale + sum_t sc[t] * other[x0 + t, v]`` with each ``other`` load
@@ -353,11 +374,17 @@ def _rows_template(gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: N
         with w.block(f"for ({gen.itype} {ix} = {x0}; {ix} < {x0} + {n}; ++{ix})", ix):
             for e, sc in zip(envs, scs, strict=True):
                 s = gen.load(norm.inputs[0], {**e, **_alias_x(gen, x, f"min({ix}, {last})")})
-                w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {rule.pad.format(inf=gen.dialect.inf)};")
+                w.line(
+                    f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : "
+                    f"{rule.pad.format(inf=gen.dialect.inf)};"
+                )
         for acc, sc in zip(accs, scs, strict=True):
             assert rule.block is not None
-            rescale = (rule.block(gen, norm, acc.state, f"{sc}v", n // width, True) if vectors
-                       else rule.block(gen, norm, acc.state, sc, n, False))
+            rescale = (
+                rule.block(gen, norm, acc.state, f"{sc}v", n // width, True)
+                if vectors
+                else rule.block(gen, norm, acc.state, sc, n, False)
+            )
             if rescale is not None:
                 acc.rescale(gen, rescale)
         t = gen.unique("t")
@@ -420,8 +447,9 @@ def _bind(gen: KernelGen, acc: _Acc) -> None:
     node = acc.node
     scale = ""
     if acc.norm is not None:
-        scale = gen.let(STREAM_ACCUMULATORS[type(acc.norm.op)].scale(gen, acc.norm, acc.state),
-                        "scale")
+        scale = gen.let(
+            STREAM_ACCUMULATORS[type(acc.norm.op)].scale(gen, acc.norm, acc.state), "scale"
+        )
     elif getattr(node.op, "fn", "") == "mean":
         scale = gen.lit(1.0 / math.prod(gen.size(c) for c in _contracted(node)))
 

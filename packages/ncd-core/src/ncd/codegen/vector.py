@@ -19,8 +19,18 @@ from ncd.ops import _library as L
 __all__ = ["VECTOR_OPS", "vector_template"]
 
 #: op classes whose rules produce valid code on vector operands.
-VECTOR_OPS: tuple[type, ...] = (L.Unary, L.Binary, L.Scalar, L.Scale, L.Dropout, L.Softmax,
-                                L.L2Norm, L.LayerNorm, L.RMSNorm, L.Reduce)
+VECTOR_OPS: tuple[type, ...] = (
+    L.Unary,
+    L.Binary,
+    L.Scalar,
+    L.Scale,
+    L.Dropout,
+    L.Softmax,
+    L.L2Norm,
+    L.LayerNorm,
+    L.RMSNorm,
+    L.Reduce,
+)
 
 
 def _reduced(gen: KernelGen) -> set[Axis]:

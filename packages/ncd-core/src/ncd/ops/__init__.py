@@ -37,14 +37,75 @@ from ncd.ops._library import (
 )
 
 __all__ = [
-    "BINARY_FNS", "OP_KINDS", "REDUCE_FNS", "UNARY_FNS", "Binary", "CausalMask", "Constant",
-    "Dropout", "Einsum", "Embedding", "L2Norm", "LayerNorm", "Learned", "Linear", "Op", "Param",
-    "Product", "RMSNorm", "Reduce", "Scalar", "Scale", "Softmax", "Unary", "View", "abs", "add",
-    "binary", "causal_mask", "constant", "div", "dropout", "einsum", "embedding", "exp", "gelu",
-    "gelu_tanh", "l2norm", "layernorm", "learned", "linear", "log", "max", "maximum", "mean",
-    "min", "minimum", "mul", "neg", "pow", "prim", "rearrange", "recip", "reduce", "register_op",
-    "relu", "rename", "rmsnorm", "rsqrt", "scalar", "scale", "sigmoid", "silu", "softmax",
-    "sqrt", "square", "sub", "sum", "tanh", "unary",
+    "BINARY_FNS",
+    "OP_KINDS",
+    "REDUCE_FNS",
+    "UNARY_FNS",
+    "Binary",
+    "CausalMask",
+    "Constant",
+    "Dropout",
+    "Einsum",
+    "Embedding",
+    "L2Norm",
+    "LayerNorm",
+    "Learned",
+    "Linear",
+    "Op",
+    "Param",
+    "Product",
+    "RMSNorm",
+    "Reduce",
+    "Scalar",
+    "Scale",
+    "Softmax",
+    "Unary",
+    "View",
+    "abs",
+    "add",
+    "binary",
+    "causal_mask",
+    "constant",
+    "div",
+    "dropout",
+    "einsum",
+    "embedding",
+    "exp",
+    "gelu",
+    "gelu_tanh",
+    "l2norm",
+    "layernorm",
+    "learned",
+    "linear",
+    "log",
+    "max",
+    "maximum",
+    "mean",
+    "min",
+    "minimum",
+    "mul",
+    "neg",
+    "pow",
+    "prim",
+    "rearrange",
+    "recip",
+    "reduce",
+    "register_op",
+    "relu",
+    "rename",
+    "rmsnorm",
+    "rsqrt",
+    "scalar",
+    "scale",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "sqrt",
+    "square",
+    "sub",
+    "sum",
+    "tanh",
+    "unary",
 ]
 
 
@@ -68,8 +129,10 @@ class _Names:
         if isinstance(a, Axis):
             return a
         if not isinstance(a, str):
-            raise DefinitionError(f"expected an axis name or an Axis, got {show(a)}. Fix: pass a "
-                                  "name such as 'd' or an ncd.Axis.")
+            raise DefinitionError(
+                f"expected an axis name or an Axis, got {show(a)}. Fix: pass a "
+                "name such as 'd' or an ncd.Axis."
+            )
         if a not in self.map:
             self.map[a] = Axis(a)
         return self.map[a]
@@ -80,8 +143,10 @@ class _Names:
         if isinstance(spec, str):
             return tuple(self.axis(n) for n in spec.split())
         if not isinstance(spec, Sequence):
-            raise DefinitionError(f"expected axis names or Axis objects, got {show(spec)}. Fix: "
-                                  "pass 'q d', an Axis, or a sequence of them.")
+            raise DefinitionError(
+                f"expected axis names or Axis objects, got {show(spec)}. Fix: "
+                "pass 'q d', an Axis, or a sequence of them."
+            )
         return tuple(self.axis(a) for a in spec)
 
 
@@ -99,8 +164,10 @@ def _arrow(what: str, spec: object, example: str) -> tuple[str, str]:
 def prim(op: Op) -> Term:
     """Wrap any op (including a plugin's) as a term."""
     if not isinstance(op, Op):
-        raise DefinitionError(f"ops.prim takes an Op, got {show(op)}. Fix: pass an instance of an "
-                              "op class (e.g. ops.Softmax(axis)).")
+        raise DefinitionError(
+            f"ops.prim takes an Op, got {show(op)}. Fix: pass an instance of an "
+            "op class (e.g. ops.Softmax(axis))."
+        )
     return Prim(op, call_site())
 
 
@@ -117,8 +184,14 @@ def einsum(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:
     return prim(Einsum(inputs, n.axes(rhs), name=name))
 
 
-def linear(spec: str | Sequence[AxisLike] | AxisLike, out: Sequence[AxisLike] | AxisLike | None = None,
-           *, bias: bool = True, name: str = "linear", **axes: AxisLike | int) -> Term:
+def linear(
+    spec: str | Sequence[AxisLike] | AxisLike,
+    out: Sequence[AxisLike] | AxisLike | None = None,
+    *,
+    bias: bool = True,
+    name: str = "linear",
+    **axes: AxisLike | int,
+) -> Term:
     """A learned map: ``linear("d_model -> heads d_head")`` or ``linear(d_in, d_out)``."""
     n = _Names(axes)
     if out is None:
@@ -201,9 +274,11 @@ gelu_tanh = _unary_ctor("gelu_tanh")
 def gelu(*, approximate: str = "none", name: str = "") -> Term:
     """GELU: exact (erf) by default, ``approximate="tanh"`` for the GPT-2 form."""
     if approximate not in ("none", "tanh"):
-        raise DefinitionError(f"gelu: approximate must be 'none' or 'tanh', got "
-                              f"{show(approximate)}. Fix: pass approximate='tanh' for the GPT-2 "
-                              "form.")
+        raise DefinitionError(
+            f"gelu: approximate must be 'none' or 'tanh', got "
+            f"{show(approximate)}. Fix: pass approximate='tanh' for the GPT-2 "
+            "form."
+        )
     return unary("gelu" if approximate == "none" else "gelu_tanh", name=name)
 
 
@@ -243,17 +318,26 @@ def l2norm(axis: AxisLike, *, eps: float = 1e-12, name: str = "") -> Term:
     return prim(L2Norm(_Names({}).axis(axis), eps, name=name))
 
 
-def layernorm(axes: AxisLike | Sequence[AxisLike], *, eps: float = 1e-5, affine: bool = True,
-              bias: bool = True, name: str = "") -> Term:
+def layernorm(
+    axes: AxisLike | Sequence[AxisLike],
+    *,
+    eps: float = 1e-5,
+    affine: bool = True,
+    bias: bool = True,
+    name: str = "",
+) -> Term:
     return prim(LayerNorm(_Names({}).axes(axes), eps, affine, bias, name=name))
 
 
-def rmsnorm(axes: AxisLike | Sequence[AxisLike], *, eps: float = 1e-6, affine: bool = True,
-            name: str = "") -> Term:
+def rmsnorm(
+    axes: AxisLike | Sequence[AxisLike], *, eps: float = 1e-6, affine: bool = True, name: str = ""
+) -> Term:
     return prim(RMSNorm(_Names({}).axes(axes), eps, affine, name=name))
 
 
-def causal_mask(q: AxisLike = "q", x: AxisLike = "x", *, fill: str = "-inf", name: str = "") -> Term:
+def causal_mask(
+    q: AxisLike = "q", x: AxisLike = "x", *, fill: str = "-inf", name: str = ""
+) -> Term:
     """Mask scores ``[q, x]`` so query ``i`` sees keys ``j <= i`` (aligned at the end).
 
     Masked scores become ``-inf`` (for softmax) or ``0`` (``fill="0"``, for the L2 normaliser).
@@ -262,8 +346,13 @@ def causal_mask(q: AxisLike = "q", x: AxisLike = "x", *, fill: str = "-inf", nam
     return prim(CausalMask(n.axis(q), n.axis(x), fill, name=name))
 
 
-def embedding(spec: str | AxisLike, out: Sequence[AxisLike] | AxisLike | None = None, *,
-              name: str = "embedding", **axes: AxisLike | int) -> Term:
+def embedding(
+    spec: str | AxisLike,
+    out: Sequence[AxisLike] | AxisLike | None = None,
+    *,
+    name: str = "embedding",
+    **axes: AxisLike | int,
+) -> Term:
     """Integer ids to learned vectors: ``embedding("vocab -> d_model")``."""
     n = _Names(axes)
     if out is None:
@@ -288,7 +377,9 @@ def constant(value: float, axes: AxisLike | Sequence[AxisLike] = (), *, name: st
     return prim(Constant(value, _Names({}).axes(axes), name=name))
 
 
-def learned(axes: AxisLike | Sequence[AxisLike], *, init: str = "normal", name: str = "weight") -> Term:
+def learned(
+    axes: AxisLike | Sequence[AxisLike], *, init: str = "normal", name: str = "weight"
+) -> Term:
     """A learned array over ``axes`` (positional embeddings, standalone biases)."""
     return prim(Learned(_Names({}).axes(axes), init, name=name))
 
@@ -357,8 +448,16 @@ def rearrange(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:
 
     in_axes = whole(ins, "in")
     out_axes = whole(outs, "out")
-    return prim(View(tuple(in_axes), tuple(out_axes), tuple(p for _, p in ins),
-                     tuple(p for _, p in outs), tuple(derived), name=name))
+    return prim(
+        View(
+            tuple(in_axes),
+            tuple(out_axes),
+            tuple(p for _, p in ins),
+            tuple(p for _, p in outs),
+            tuple(derived),
+            name=name,
+        )
+    )
 
 
 def rename(src: AxisLike, dst: AxisLike, *, name: str = "") -> Term:

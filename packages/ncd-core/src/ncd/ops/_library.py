@@ -46,8 +46,22 @@ __all__ = [
     "View",
 ]
 
-UNARY_FNS = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu", "gelu", "gelu_tanh", "silu",
-             "sigmoid", "tanh", "square", "recip")
+UNARY_FNS = (
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "abs",
+    "neg",
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "square",
+    "recip",
+)
 BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow")
 REDUCE_FNS = ("sum", "max", "mean", "min")
 
@@ -168,7 +182,9 @@ class Scalar(Op):
     kind: ClassVar[str] = "scalar"
     category: ClassVar[str] = "elementwise"
     fn: str = choice_field(BINARY_FNS)
-    const: float = number_field(fix="pass a finite constant (mask with ops.causal_mask, not an infinite constant)")
+    const: float = number_field(
+        fix="pass a finite constant (mask with ops.causal_mask, not an infinite constant)"
+    )
     reverse: bool = flag_field(False)
 
     def signature(self) -> Signature:
@@ -176,7 +192,9 @@ class Scalar(Op):
 
     @property
     def label(self) -> str:
-        return self.name or (f"{self.const:g} {self.fn}" if self.reverse else f"{self.fn} {self.const:g}")
+        return self.name or (
+            f"{self.const:g} {self.fn}" if self.reverse else f"{self.fn} {self.const:g}"
+        )
 
 
 @register_op
@@ -341,8 +359,13 @@ class Dropout(Op):
 
     kind: ClassVar[str] = "dropout"
     category: ClassVar[str] = "elementwise"
-    p: float = number_field(0.1, low=0.0, high=1.0, high_open=True,
-                            fix="pass a drop probability in [0, 1) (p=0 disables dropout)")
+    p: float = number_field(
+        0.1,
+        low=0.0,
+        high=1.0,
+        high_open=True,
+        fix="pass a drop probability in [0, 1) (p=0 disables dropout)",
+    )
 
     def signature(self) -> Signature:
         return ((),), ((),)
@@ -373,7 +396,9 @@ class View(Op):
             )
         left = [a for g in self.in_parts for a in g]
         right = [a for g in self.out_parts for a in g]
-        if sorted(a.uid for a in left) != sorted(a.uid for a in right) or len(set(left)) != len(left):
+        if sorted(a.uid for a in left) != sorted(a.uid for a in right) or len(set(left)) != len(
+            left
+        ):
             raise DefinitionError(
                 f"view {self.label!r}: elementary axes differ: {[a.name for a in left]} vs "
                 f"{[a.name for a in right]}. Fix: every part must appear once on each side."

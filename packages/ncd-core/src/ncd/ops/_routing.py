@@ -61,14 +61,18 @@ class Experts(Op):
 
     def params(self) -> tuple[Param, ...]:
         e, d, f = self.experts, self.d_model, self.d_ff
-        return (Param("fc_weight", (e, f, d), "uniform_fan_in", (d,)),
-                Param("fc_bias", (e, f), "zeros"),
-                Param("proj_weight", (e, d, f), "uniform_fan_in", (f,)),
-                Param("proj_bias", (e, d), "zeros"))
+        return (
+            Param("fc_weight", (e, f, d), "uniform_fan_in", (d,)),
+            Param("fc_bias", (e, f), "zeros"),
+            Param("proj_weight", (e, d, f), "uniform_fan_in", (f,)),
+            Param("proj_bias", (e, d), "zeros"),
+        )
 
 
 @reference_rule(TopKGate)
-def _topk(op: TopKGate, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context) -> list[np.ndarray]:
+def _topk(
+    op: TopKGate, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context
+) -> list[np.ndarray]:
     x = xs[0]
     k = min(op.k, x.shape[-1])
     # Ties break towards the lower expert index (a stable sort of the negated scores).
@@ -81,7 +85,9 @@ def _topk(op: TopKGate, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Con
 
 
 @reference_rule(Experts)
-def _experts(op: Experts, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context) -> list[np.ndarray]:
+def _experts(
+    op: Experts, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context
+) -> list[np.ndarray]:
     x, g = xs
     h = np.einsum("...d,efd->...ef", x, p["fc_weight"]) + p["fc_bias"]
     h = UNARY[op.activation](h)

@@ -17,7 +17,26 @@ from ncd.plugins.loader import PluginInfo
 from ncd.plugins.manager import KNOWN_PROVIDERS, Registry, registry, reset
 from ncd.plugins.precedence import FIRST_PARTY, PREFER_ENV, Collision, Owner, PluginWarning
 
-__all__ = ["FIRST_PARTY", "KNOWN_PROVIDERS", "PREFER_ENV", "Backend", "Collision", "Command",
-           "CostModel", "DemoStep", "Executable", "Exporter", "Lowering", "OpDefinition", "Owner",
-           "PluginInfo", "PluginWarning", "Registry", "Renderer", "hookimpl", "hookspec",
-           "registry", "reset"]
+__all__ = [
+    "FIRST_PARTY",
+    "KNOWN_PROVIDERS",
+    "PREFER_ENV",
+    "Backend",
+    "Collision",
+    "Command",
+    "CostModel",
+    "DemoStep",
+    "Executable",
+    "Exporter",
+    "Lowering",
+    "OpDefinition",
+    "Owner",
+    "PluginInfo",
+    "PluginWarning",
+    "Registry",
+    "Renderer",
+    "hookimpl",
+    "hookspec",
+    "registry",
+    "reset",
+]

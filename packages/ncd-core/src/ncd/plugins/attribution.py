@@ -28,7 +28,8 @@ def attribute(error: Exception, owner: Owner | None, what: str) -> Exception:
     wrapped = PluginError(
         f"{what} of {owner.describe()} failed: {type(error).__name__}: {error}. Fix: this is a "
         f"bug in {owner.distribution}; report it to its authors, or skip the plugin with "
-        f"NCD_DISABLE_PLUGINS={owner.plugin}.")
+        f"NCD_DISABLE_PLUGINS={owner.plugin}."
+    )
     wrapped.__cause__ = error
     return wrapped
 

@@ -8,8 +8,17 @@ from typing import Any, ClassVar
 
 import attrs
 
-__all__ = ["Backend", "Command", "CostModel", "DemoStep", "Executable", "Exporter", "Lowering",
-           "OpDefinition", "Renderer"]
+__all__ = [
+    "Backend",
+    "Command",
+    "CostModel",
+    "DemoStep",
+    "Executable",
+    "Exporter",
+    "Lowering",
+    "OpDefinition",
+    "Renderer",
+]
 
 
 class Executable(abc.ABC):

@@ -31,8 +31,9 @@ class PluginInfo:
     hooks: tuple[str, ...] = ()
 
 
-def load_plugins(pm: pluggy.PluginManager,
-                 disabled: frozenset[str]) -> tuple[list[PluginInfo], list[Claim]]:
+def load_plugins(
+    pm: pluggy.PluginManager, disabled: frozenset[str]
+) -> tuple[list[PluginInfo], list[Claim]]:
     """Every plugin's record, in load order, and the claims of those that loaded; entry points
     named in ``disabled`` are recorded but not imported."""
     from ncd.plugins import _builtin
@@ -45,18 +46,19 @@ def load_plugins(pm: pluggy.PluginManager,
             got, hooks = _register(pm, load(), owner)
         except (Exception, SystemExit) as e:  # sys.exit() in a plugin must not end ncd
             reason = f"{type(e).__name__}: {e}"
-            plugins.append(PluginInfo(owner.plugin, owner.distribution, owner.version,
-                                      f"failed: {reason}"))
-            warn(f"ncd plugin {owner.plugin!r} ({owner.distribution} {owner.version}) "
-                 f"failed to load: {reason}. Fix: repair or uninstall "
-                 f"{owner.distribution}, or skip it with {DISABLE_ENV}={owner.plugin}")
+            plugins.append(
+                PluginInfo(owner.plugin, owner.distribution, owner.version, f"failed: {reason}")
+            )
+            warn(
+                f"ncd plugin {owner.plugin!r} ({owner.distribution} {owner.version}) "
+                f"failed to load: {reason}. Fix: repair or uninstall "
+                f"{owner.distribution}, or skip it with {DISABLE_ENV}={owner.plugin}"
+            )
             return
         claims.extend(got)
-        plugins.append(PluginInfo(owner.plugin, owner.distribution, owner.version, status,
-                                  hooks))
+        plugins.append(PluginInfo(owner.plugin, owner.distribution, owner.version, status, hooks))
 
-    load_one(Owner("reference", "ncd-core", dist_version("ncd-core")), lambda: _builtin,
-             "builtin")
+    load_one(Owner("reference", "ncd-core", dist_version("ncd-core")), lambda: _builtin, "builtin")
     eps = sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, _dist(e)))
     by_name: dict[str, list[str]] = {}
     for ep in eps:
@@ -68,18 +70,20 @@ def load_plugins(pm: pluggy.PluginManager,
         load_one(owner, ep.load, "loaded")
     for name, dists in by_name.items():
         if len(dists) > 1:
-            warn(f"ncd: entry point {name!r} is declared by {' and '.join(dists)}; "
-                 f"both are loaded, and {DISABLE_ENV}={name} would skip both")
+            warn(
+                f"ncd: entry point {name!r} is declared by {' and '.join(dists)}; "
+                f"both are loaded, and {DISABLE_ENV}={name} would skip both"
+            )
     return plugins, claims
 
 
-def _register(pm: pluggy.PluginManager, module: Any,
-              owner: Owner) -> tuple[list[Claim], tuple[str, ...]]:
+def _register(
+    pm: pluggy.PluginManager, module: Any, owner: Owner
+) -> tuple[list[Claim], tuple[str, ...]]:
     """Register ``module`` with pluggy and call its hooks; on any failure (Ctrl-C too) it
     is unregistered again, so pluggy never holds half a plugin."""
     if pm.is_registered(module):
-        raise PluginError(f"its module is already registered as plugin "
-                          f"{pm.get_name(module)!r}")
+        raise PluginError(f"its module is already registered as plugin {pm.get_name(module)!r}")
     taken = pm.get_plugin(owner.plugin) is not None
     pm.register(module, name=f"{owner.plugin}@{owner.distribution}" if taken else owner.plugin)
     try:
@@ -89,15 +93,17 @@ def _register(pm: pluggy.PluginManager, module: Any,
         raise
 
 
-def _collect(pm: pluggy.PluginManager, module: Any,
-             owner: Owner) -> tuple[list[Claim], tuple[str, ...]]:
+def _collect(
+    pm: pluggy.PluginManager, module: Any, owner: Owner
+) -> tuple[list[Claim], tuple[str, ...]]:
     claims: list[Claim] = []
     hooks: list[str] = []
     for caller in pm.get_hookcallers(module) or ():
         hook = HOOKS.get(caller.name)
         if hook is None:
-            raise PluginError(f"it implements {caller.name}, which is not an ncd hook "
-                              f"(known: {', '.join(HOOKS)})")
+            raise PluginError(
+                f"it implements {caller.name}, which is not an ncd hook (known: {', '.join(HOOKS)})"
+            )
         hooks.append(caller.name)
         for impl in caller.get_hookimpls():
             if impl.plugin is module:

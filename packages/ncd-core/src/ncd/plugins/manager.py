@@ -62,8 +62,9 @@ KNOWN_PROVIDERS = {
 class Registry:
     """Everything plugins registered, by kind and name, and every collision on the way."""
 
-    def __init__(self, *, prefer: Mapping[str, str] | None = None,
-                 disabled: Iterable[str] | None = None) -> None:
+    def __init__(
+        self, *, prefer: Mapping[str, str] | None = None, disabled: Iterable[str] | None = None
+    ) -> None:
         self.pm = pluggy.PluginManager("ncd")
         self.pm.add_hookspecs(hookspecs)
         self.plugins: list[PluginInfo] = []
@@ -104,9 +105,13 @@ class Registry:
     def tables(self) -> dict[str, dict[str, Any]]:
         """The named registrations by kind (``backend``, ``exporter``, ``renderer``,
         ``cost model``, ``command``); formats, lowerings and demo steps are kept apart."""
-        return {"backend": self.backends, "exporter": self.exporters,
-                "renderer": self.renderers, "cost model": self.cost_models,
-                "command": self.commands}
+        return {
+            "backend": self.backends,
+            "exporter": self.exporters,
+            "renderer": self.renderers,
+            "cost model": self.cost_models,
+            "command": self.commands,
+        }
 
     @property
     def demo_steps(self) -> list[DemoStep]:
@@ -185,10 +190,16 @@ class Registry:
         existing = OP_KINDS.get(name)
         if existing is not None and all(c.item.op is not existing for c in claims):
             holder = _module_owner(existing.__module__)
-            collision = Collision("op", name, (holder, *(c.owner for c in claims)), holder,
-                                  f"op kind already defined by {existing.__module__}."
-                                  f"{existing.__qualname__}; op kinds are never replaced, "
-                                  "rename the new kind", (holder,))
+            collision = Collision(
+                "op",
+                name,
+                (holder, *(c.owner for c in claims)),
+                holder,
+                f"op kind already defined by {existing.__module__}."
+                f"{existing.__qualname__}; op kinds are never replaced, "
+                "rename the new kind",
+                (holder,),
+            )
             self.collisions.append(collision)
             warn(f"ncd: {collision.describe()}")
             return
@@ -198,8 +209,10 @@ class Registry:
         try:
             register_op(win.item.op)
         except (Exception, SystemExit) as e:  # e.g. an op class without a kind
-            warn(f"ncd: op {name!r} of {win.owner.describe()} was not registered: "
-                 f"{type(e).__name__}: {e}")
+            warn(
+                f"ncd: op {name!r} of {win.owner.describe()} was not registered: "
+                f"{type(e).__name__}: {e}"
+            )
             return
         REFERENCE_RULES[win.item.op] = win.item.reference
 
@@ -231,16 +244,23 @@ class Registry:
         if pkg is not None and info is None:
             fix = f" '{name}' is provided by the {pkg} package. Fix: pip install packages/{pkg}."
         elif info is not None and info.status == "disabled":
-            fix = (f" {pkg} is installed but its plugin {info.name!r} is disabled. Fix: remove "
-                   f"{info.name!r} from {DISABLE_ENV}.")
+            fix = (
+                f" {pkg} is installed but its plugin {info.name!r} is disabled. Fix: remove "
+                f"{info.name!r} from {DISABLE_ENV}."
+            )
         elif info is not None and info.status.startswith("failed"):
-            fix = (f" {pkg} is installed but its plugin {info.name!r} {info.status}. Fix: "
-                   f"repair the {pkg} installation (see the warning printed when it loaded).")
+            fix = (
+                f" {pkg} is installed but its plugin {info.name!r} {info.status}. Fix: "
+                f"repair the {pkg} installation (see the warning printed when it loaded)."
+            )
         elif info is not None:
-            fix = (f" {pkg} {info.version} is installed and loaded, but registers no {what} "
-                   f"named {name!r}. Fix: use one of the installed {what}s.")
-        return TargetNotFoundError(f"no {what} named {name!r} is installed (installed: {have})."
-                                   f"{fix}")
+            fix = (
+                f" {pkg} {info.version} is installed and loaded, but registers no {what} "
+                f"named {name!r}. Fix: use one of the installed {what}s."
+            )
+        return TargetNotFoundError(
+            f"no {what} named {name!r} is installed (installed: {have}).{fix}"
+        )
 
     def backend(self, name: str) -> Backend:
         return self._lookup("backend", name, self.backends)
@@ -311,8 +331,9 @@ def registry() -> Registry:
         return _REGISTRY
 
 
-def reset(*, prefer: Mapping[str, str] | None = None,
-          disabled: Iterable[str] | None = None) -> None:
+def reset(
+    *, prefer: Mapping[str, str] | None = None, disabled: Iterable[str] | None = None
+) -> None:
     """Forget the registry (tests; after changing the environment). ``prefer`` and
     ``disabled`` replace ``NCD_PLUGIN_PREFER`` and ``NCD_DISABLE_PLUGINS`` for the next load."""
     global _REGISTRY

@@ -18,8 +18,18 @@ from typing import Any
 
 import attrs
 
-__all__ = ["FIRST_PARTY", "PREFER_ENV", "Claim", "Collision", "Owner", "PluginWarning",
-           "normalise", "parse_prefer", "resolve", "warn"]
+__all__ = [
+    "FIRST_PARTY",
+    "PREFER_ENV",
+    "Claim",
+    "Collision",
+    "Owner",
+    "PluginWarning",
+    "normalise",
+    "parse_prefer",
+    "resolve",
+    "warn",
+]
 
 PREFER_ENV = "NCD_PLUGIN_PREFER"
 
@@ -92,13 +102,13 @@ class Collision:
     @property
     def overridden(self) -> bool:
         """A third party replaced a built-in (both keys turned)."""
-        return self.winner is not None and bool(self.builtins) and (
-            self.winner not in self.builtins)
+        return (
+            self.winner is not None and bool(self.builtins) and (self.winner not in self.builtins)
+        )
 
     def describe(self) -> str:
         owners = " and ".join(o.describe() for o in self.owners)
-        outcome = (f"{self.winner.describe()} is used" if self.winner is not None
-                   else "none is used")
+        outcome = f"{self.winner.describe()} is used" if self.winner is not None else "none is used"
         return f"{self.kind} {self.name!r} is claimed by {owners}: {outcome} ({self.rule})"
 
     def refusal(self) -> str:
@@ -127,8 +137,9 @@ def _rank(claim: Claim) -> int:
     return FIRST_PARTY.index(dist) if dist in FIRST_PARTY else len(FIRST_PARTY)
 
 
-def resolve(claims: Sequence[Claim], prefer: Mapping[str, str]) -> tuple[Claim | None,
-                                                                          Collision | None]:
+def resolve(
+    claims: Sequence[Claim], prefer: Mapping[str, str]
+) -> tuple[Claim | None, Collision | None]:
     """The claim that owns one name (None: refused) and the collision, if there was one.
     ``claims`` all share ``kind`` and ``name``; a distribution's first claim speaks for it."""
     firsts: dict[str, Claim] = {}
@@ -154,19 +165,29 @@ def resolve(claims: Sequence[Claim], prefer: Mapping[str, str]) -> tuple[Claim |
         elif picked.builtin or not builtins:
             return picked, collision(picked.owner, f"chosen by {PREFER_ENV}")
         elif picked.override:
-            return picked, collision(picked.owner, f"override: it declares override=True and "
-                                                   f"{PREFER_ENV} allows it")
+            return picked, collision(
+                picked.owner, f"override: it declares override=True and {PREFER_ENV} allows it"
+            )
         else:
-            note = (f"; {PREFER_ENV} names {chosen}, but its registration does not declare "
-                    "override=True")
+            note = (
+                f"; {PREFER_ENV} names {chosen}, but its registration does not declare "
+                "override=True"
+            )
     if builtins:
         win = builtins[0]
         if not third:
-            return win, collision(win.owner, f"first-party packages rank in the order "
-                                             f"{', '.join(FIRST_PARTY)}{note}")
-        return win, collision(win.owner, f"built-ins win{note}; to let a third party replace "
-                                         f"it, its registration must say override=True and the "
-                                         f"user must set {PREFER_ENV}={name}="
-                                         f"{third[0].owner.distribution}")
-    return None, collision(None, f"two third-party plugins claim it{note}; choose one with "
-                                 f"{PREFER_ENV}={name}={cands[0].owner.distribution}")
+            return win, collision(
+                win.owner, f"first-party packages rank in the order {', '.join(FIRST_PARTY)}{note}"
+            )
+        return win, collision(
+            win.owner,
+            f"built-ins win{note}; to let a third party replace "
+            f"it, its registration must say override=True and the "
+            f"user must set {PREFER_ENV}={name}="
+            f"{third[0].owner.distribution}",
+        )
+    return None, collision(
+        None,
+        f"two third-party plugins claim it{note}; choose one with "
+        f"{PREFER_ENV}={name}={cands[0].owner.distribution}",
+    )

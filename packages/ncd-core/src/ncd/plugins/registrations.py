@@ -49,8 +49,9 @@ HOOKS: dict[str, Hook] = {
     "ncd_register_exporters": Hook("exporter", Exporter, _name),
     "ncd_register_renderers": Hook("renderer", Renderer, _name),
     "ncd_register_cost_models": Hook("cost model", CostModel, _name),
-    "ncd_register_commands": Hook("command", Command, lambda c: _name(c) if c.target is None
-                                   else f"{c.name}/{c.target}"),
+    "ncd_register_commands": Hook(
+        "command", Command, lambda c: _name(c) if c.target is None else f"{c.name}/{c.target}"
+    ),
     "ncd_register_ops": Hook("op", OpDefinition, lambda d: str(d.op.kind)),
     "ncd_register_lowerings": Hook("lowering", Lowering, lambda lw: f"{lw.target}/{lw.kind}"),
     "ncd_demo_steps": Hook("demo step", DemoStep, _name, lambda _: False),  # never collide
@@ -68,9 +69,11 @@ def claims_from(hook: Hook, hook_name: str, result: Any, owner: Owner) -> list[C
             raise PluginError(f"{hook_name} returned {item!r}, not a {hook.cls.__name__}")
         name = hook.key(item)
         if not name or (hook.kind == "command" and not command_name_ok(item)):
-            raise PluginError(f"{hook_name} returned a {hook.kind} with the invalid name "
-                              f"{name!r} (names read like 'draw' or 'my-tool'; a command with "
-                              f"a target must be one of: {', '.join(TARGETED_COMMANDS)})")
+            raise PluginError(
+                f"{hook_name} returned a {hook.kind} with the invalid name "
+                f"{name!r} (names read like 'draw' or 'my-tool'; a command with "
+                f"a target must be one of: {', '.join(TARGETED_COMMANDS)})"
+            )
         out.append(Claim(hook.kind, name, item, owner, hook.override(item)))
     return out
 
