@@ -50,8 +50,8 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         n
         for n in nodes
         if n.op.category != "elementwise"
-        and not (n.op.category == "view" and n.op.out_axes[0] in renames)
-    ]  # type: ignore[attr-defined]
+        and not (n.op.category == "view" and n.op.out_axes[0] in renames)  # type: ignore[attr-defined]
+    ]
     if len(heavy) != 1 or not isinstance(heavy[0].op, L.Linear) or k.streamed:
         return None
     lin = heavy[0]

@@ -97,8 +97,8 @@ def local_plan(graph: Graph) -> FusionPlan:
 
 def _partitions(graph: Graph, nodes: list[int], outs: tuple[int, ...]) -> list[Partition]:
     streamed: list[Axis] = [
-        graph.nodes[i].op.axis
-        for i in nodes  # type: ignore[attr-defined]
+        graph.nodes[i].op.axis  # type: ignore[attr-defined]
+        for i in nodes
         if _streamed(graph, i)
     ]
     parts = [Partition(a, "stream") for a in streamed]
