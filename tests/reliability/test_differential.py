@@ -25,23 +25,8 @@ SIZES = (1, 2, 7, 13, 31)
 EXAMPLES = int(os.environ.get("NCD_DIFF_EXAMPLES", "25"))
 
 # a step of a chain is data, (kind, arguments...); `build` turns the chain into a model
-UNARY = (
-    "exp",
-    "log",
-    "sqrt",
-    "rsqrt",
-    "abs",
-    "neg",
-    "relu",
-    "gelu",
-    "gelu_tanh",
-    "silu",
-    "sigmoid",
-    "tanh",
-    "square",
-    "recip",
-)
-SCALAR = ("add", "sub", "mul", "div", "max", "min", "pow")
+UNARY = ops.UNARY_FNS  # every function of the library, so a new one is tested too
+SCALAR = ops.BINARY_FNS
 NORMS = ("softmax", "layernorm", "rmsnorm", "l2norm")
 
 
