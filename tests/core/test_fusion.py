@@ -9,7 +9,7 @@ import pytest
 import ncd
 import ncd.testing
 from ncd import nn, ops
-from ncd.ops._routing import TopKGate
+from ncd.primitives.routing import TopKGate
 
 ATT = ops.einsum("q d, x d -> q x") >> ops.softmax("x") >> ops.einsum("q x, x v -> q v")
 

@@ -11,7 +11,7 @@ import pytest
 
 import ncd
 from ncd import nn, ops
-from ncd.ops._routing import Experts, TopKGate
+from ncd.primitives.routing import Experts, TopKGate
 
 d, e, s = ncd.axes("d e s", d=7, e=13, s=1)
 

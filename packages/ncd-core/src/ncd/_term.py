@@ -376,7 +376,7 @@ def _replay_input(b: Builder, t: ArrayType, ref: Ref, site: str) -> Ref:
     if v is None:
         assert isinstance(ref, Hole)
         return b.materialise(ref, t)
-    from ncd.ops._library import View
+    from ncd.primitives.library import View
 
     # Align the stored input type as a template (identity op): binds the graph's axes.
     b._align(

@@ -237,7 +237,7 @@ def moe(
 ) -> Term:
     """A mixture of experts: a linear router over ``experts``, top-``k`` gates (softmax over the
     k best scores, zero elsewhere) and the gate-weighted sum of the selected expert MLPs."""
-    from ncd.ops._routing import Experts, TopKGate
+    from ncd.primitives.routing import Experts, TopKGate
 
     s, dm, ff, ex = (
         _ax("seq", seq),
@@ -256,4 +256,4 @@ def moe(
     return body
 
 
-from ncd.ops import _routing as _routing  # noqa: E402  (registers the routing ops at import)
+import ncd.primitives.routing  # noqa: E402, F401  (registers the routing ops at import)

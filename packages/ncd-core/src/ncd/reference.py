@@ -18,7 +18,7 @@ from ncd.axis import Axis, dtype_bytes
 from ncd.errors import DTypeError, IndexRangeError, ParameterError, SizeError
 from ncd.graph import Graph, Node
 from ncd.op import Op, registrar
-from ncd.ops import _library as L
+from ncd.primitives import library as L
 from ncd.sizes import check_bytes, memory_limit
 
 __all__ = [

@@ -22,7 +22,7 @@ from ncd.axis import Axis
 from ncd.errors import ScheduleError
 from ncd.graph import Graph, Node
 from ncd.op import Op, registrar
-from ncd.ops import _library as L
+from ncd.primitives import library as L
 
 __all__ = [
     "NORMALISER_KINDS",

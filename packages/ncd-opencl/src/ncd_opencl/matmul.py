@@ -21,7 +21,7 @@ from typing import Any
 
 from ncd.axis import Axis
 from ncd.codegen import KernelGen, KernelSource
-from ncd.ops import _library as L
+from ncd.primitives import library as L
 
 __all__ = ["tiled_template"]
 

@@ -14,7 +14,7 @@ from typing import Any
 from ncd.axis import Axis
 from ncd.graph import Graph, Node
 from ncd.kernel import FusionPlan, Kernel, Partition, kernel_io, unfused
-from ncd.ops import _library as L
+from ncd.primitives import library as L
 
 __all__ = ["choose_layouts", "local_plan", "plan_for"]
 

@@ -27,7 +27,7 @@ from ncd.axis import dtype_bytes
 from ncd.fusion import axis_labels
 from ncd.kernel import Kernel
 from ncd.op import Op
-from ncd.ops import _routing as R
+from ncd.primitives import routing as R
 from ncd.streaming import REDUCING, role
 
 __all__ = ["COMM_RULES", "Collective", "collectives"]

@@ -16,8 +16,8 @@ import sympy as sp
 
 from ncd.graph import Node
 from ncd.op import Op, registrar
-from ncd.ops import _library as L
-from ncd.ops import _routing as R
+from ncd.primitives import library as L
+from ncd.primitives import routing as R
 
 __all__ = ["FLOP_RULES", "flops"]
 

@@ -23,7 +23,7 @@ from ncd.errors import ScheduleError
 from ncd.fusion import axis_labels, groupable_axes
 from ncd.graph import Graph
 from ncd.kernel import Kernel
-from ncd.ops import _library as L
+from ncd.primitives import library as L
 from ncd.streaming import REDUCING, analyse_stream, is_rename, role
 
 __all__ = ["KernelFormulas", "size_function"]

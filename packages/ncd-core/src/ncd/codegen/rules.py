@@ -16,7 +16,7 @@ from ncd.axis import Axis
 from ncd.codegen.layout import CTYPES
 from ncd.codegen.lower import KernelGen
 from ncd.graph import Node
-from ncd.ops import _library as L
+from ncd.primitives import library as L
 
 __all__ = ["BINARY_C", "CODEGEN_RULES", "UNARY_C", "Rule", "codegen_rule"]
 

@@ -21,7 +21,7 @@ from ncd.axis import Axis
 from ncd.codegen.lower import KernelGen, KernelSource
 from ncd.codegen.rules import linear_weight
 from ncd.graph import Node
-from ncd.ops import _library as L
+from ncd.primitives import library as L
 
 __all__ = ["STREAM_ACCUMULATORS", "StreamAccumulator", "streamed_template"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ncd.axis import Axis
 from ncd.codegen.lower import KernelGen, KernelSource
-from ncd.ops import _library as L
+from ncd.primitives import library as L
 
 __all__ = ["VECTOR_OPS", "vector_template"]
 

@@ -13,7 +13,7 @@ from ncd._term import Prim, Term, call_site
 from ncd.axis import Axis, AxisLike, show
 from ncd.errors import DefinitionError
 from ncd.op import OP_KINDS, Op, Param, Product, register_op
-from ncd.ops._library import (
+from ncd.primitives.library import (
     BINARY_FNS,
     REDUCE_FNS,
     UNARY_FNS,

@@ -17,7 +17,7 @@ import numpy as np
 
 from ncd.axis import Axis
 from ncd.op import Op, Param, Signature, axis_field, choice_field, count_field, register_op
-from ncd.ops._library import UNARY_FNS
+from ncd.primitives.library import UNARY_FNS
 from ncd.reference import UNARY, Context, reference_rule
 from ncd.streaming import ROLE_RULES
 
