@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import numbers
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -172,27 +171,6 @@ class Term:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.n_in}->{self.n_out} built at {self.site}>"
-
-
-def graph_of(model: object, what: str) -> Graph:
-    """The graph of a term or a graph; anything else is a ``DefinitionError`` for ``what``."""
-    if isinstance(model, Term):
-        return model.graph
-    if isinstance(model, Graph):
-        return model
-    raise DefinitionError(
-        f"{what} takes a model (an ncd term or graph), got "
-        f"{type(model).__name__} {show(model)}. Fix: pass e.g. ncd.nn.mlp()."
-    )
-
-
-def check_seed(seed: object, what: str) -> int:
-    """``seed`` if it is an int >= 0, else a ``DefinitionError`` for ``what``."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
-        raise DefinitionError(
-            f"{what}: seed must be an int >= 0, got {show(seed)}. Fix: pass e.g. seed=0."
-        )
-    return int(seed)
 
 
 def _term(where: str, value: object) -> Term:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import colorsys
 import math
+import numbers
 import os
 import unicodedata
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ __all__ = [
     "AxisLike",
     "axes",
     "check_name",
+    "check_seed",
     "dtype_bytes",
     "show",
 ]
@@ -95,6 +97,15 @@ def check_name(what: str, value: object, *, empty: bool = False) -> None:
             f"{what} {value!r} contains the control character {bad}. Fix: use printable "
             "characters only."
         )
+
+
+def check_seed(seed: object, what: str) -> int:
+    """``seed`` if it is an int >= 0, else a ``DefinitionError`` for ``what``."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
+        raise DefinitionError(
+            f"{what}: seed must be an int >= 0, got {show(seed)}. Fix: pass e.g. seed=0."
+        )
+    return int(seed)
 
 
 def _check_axis_name(_: Any, attribute: Any, value: str) -> None:

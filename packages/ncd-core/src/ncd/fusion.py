@@ -224,9 +224,9 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
 
     Partitions carry symbolic tiles ``t_<label>`` unless ``tiles`` gives ints (by axis, label or
     tile name)."""
-    from ncd._term import graph_of
+    from ncd.graph import as_graph
 
-    graph = graph_of(model, "ncd.fuse")
+    graph = as_graph(model, "ncd.fuse")
     kernels: list[list[int]] = []
     sched: list[tuple[Axis | None, list[Axis]]] = []
     deps: list[set[int]] = []

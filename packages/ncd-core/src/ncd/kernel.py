@@ -48,6 +48,7 @@ import attrs
 from ncd.axis import Axis
 from ncd.errors import ScheduleError
 from ncd.graph import Graph, Node
+from ncd.walk import boundary
 
 __all__ = ["Boundary", "FusionPlan", "Kernel", "Partition"]
 
@@ -252,29 +253,15 @@ class FusionPlan:
 
 def kernel_io(graph: Graph, nodes: Iterable[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The values a set of nodes reads from outside, and those it must write out (used
-    outside the set or graph outputs)."""
-    members = set(nodes)
-    produced = {v for i in members for v in graph.nodes[i].outputs}
-    reads: dict[int, None] = {}
-    for i in sorted(members):
-        for v in graph.nodes[i].inputs:
-            if v not in produced:
-                reads.setdefault(v)
-    outs = set(graph.outputs)
-    writes = [
-        v
-        for i in sorted(members)
-        for v in graph.nodes[i].outputs
-        if v in outs or any(c not in members for c in graph.consumers[v])
-    ]
-    return tuple(reads), tuple(writes)
+    outside the set or graph outputs): ``ncd.walk.boundary``."""
+    return boundary(graph, nodes)
 
 
 def unfused(model: object) -> FusionPlan:
     """One kernel per node, every intermediate in memory (the baseline plan)."""
-    from ncd._term import graph_of
+    from ncd.graph import as_graph
 
-    graph = graph_of(model, "ncd.kernel.unfused")
+    graph = as_graph(model, "ncd.kernel.unfused")
     kernels = []
     for i, node in enumerate(graph.nodes):
         ins, outs = kernel_io(graph, [i])

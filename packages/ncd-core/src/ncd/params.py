@@ -21,9 +21,10 @@ __all__ = ["init"]
 
 def init(model: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str, np.ndarray]:
     """Fresh parameters for a fully sized model, as ``{name: array}`` in graph order."""
-    from ncd._term import check_seed, graph_of
+    from ncd.axis import check_seed
+    from ncd.graph import as_graph
 
-    graph = graph_of(model, "ncd.init")
+    graph = as_graph(model, "ncd.init")
     rng = np.random.default_rng(check_seed(seed, "ncd.init"))
     try:
         float_type = np.dtype(dtype).kind == "f"

@@ -422,9 +422,9 @@ def prepare(
     (backends that run only their built dtype pass ``cast="safe"``), and index inputs (see
     ``INDEX_RULES``) against their table's axis: ``DTypeError`` / ``IndexRangeError`` otherwise.
     """
-    from ncd._term import graph_of
+    from ncd.graph import as_graph
 
-    graph = graph_of(model, "running")
+    graph = as_graph(model, "running")
     arrays = [_as_array(x, f"input {k}") for k, x in enumerate(inputs)]
     if len(arrays) != len(graph.inputs):
         raise SizeError(f"the model takes {len(graph.inputs)} input(s), got {len(arrays)}")
@@ -516,7 +516,7 @@ def run(
 
     Free sizes are read from the input shapes. Returns one array, or a tuple for several outputs.
     """
-    from ncd._term import check_seed
+    from ncd.axis import check_seed
 
     check_seed(seed, "ncd.run")
     graph, arrays, ps = prepare(model, inputs, params)

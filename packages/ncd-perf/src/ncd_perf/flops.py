@@ -18,6 +18,7 @@ from ncd.graph import Node
 from ncd.op import Op, registrar
 from ncd.primitives import library as L
 from ncd.primitives import routing as R
+from ncd.walk import rule_for
 
 __all__ = ["FLOP_RULES", "flops"]
 
@@ -121,7 +122,7 @@ def _experts(op: R.Experts, node: Node, size: Size) -> dict[str, sp.Expr]:
 
 def flops(node: Node, size: Size) -> dict[str, sp.Expr]:
     """``{kind: count}`` for one node (an op without a rule counts one vector op per output)."""
-    fn = FLOP_RULES.get(type(node.op))
+    fn = rule_for(FLOP_RULES, node.op)
     if fn is None:
         return {"vector": _out(node, size)} if node.core_out else {}
     return {k: v for k, v in fn(node.op, node, size).items() if v != 0}

@@ -17,7 +17,7 @@ import attrs
 import sympy as sp
 
 from ncd.fusion import fuse as plan_fusion
-from ncd.graph import Graph
+from ncd.graph import Graph, as_graph
 from ncd.kernel import FusionPlan, Kernel, unfused
 from ncd_perf.distributed import Collective, collectives
 from ncd_perf.flops import flops
@@ -146,14 +146,8 @@ def _key(kernel: Kernel) -> tuple[Any, ...]:
 
 
 def _graph(model: Any, bind: Mapping[str, int] | None) -> Graph:
-    from ncd._term import Term
-
-    if isinstance(model, Term):
-        model = model.bind(**bind) if bind else model
-        return model.graph
-    if isinstance(model, Graph):
-        return model.bind(**bind) if bind else model
-    raise TypeError(f"expected an ncd model or graph, got {type(model).__name__}")
+    graph = as_graph(model, "ncd_perf.cost")
+    return graph.bind(**bind) if bind else graph
 
 
 def cost(

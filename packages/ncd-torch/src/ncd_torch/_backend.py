@@ -44,15 +44,14 @@ class TorchExecutable(Executable):
     ) -> None:
         self.model, self.use_compile, self.training, self.device = model, compile, training, device
         self.fuse = fuse
-        self._modules: dict[str, Any] = {}
+        self._modules: dict[tuple[str, Any], Any] = {}
 
     def module_for(self, graph: Any, dtype: Any) -> Any:
         import torch
 
-        from ncd.serialize import to_json
         from ncd_torch._export import to_module
 
-        key = f"{dtype}:{to_json(graph)}"
+        key = (str(dtype), graph.key)
         if key not in self._modules:
             module = (
                 to_module(graph, dtype=dtype, fuse=self.fuse).to(self.device).train(self.training)

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from ncd import ops as L
 from ncd.errors import SizeError
 from ncd.op import registrar
+from ncd.primitives import library as L
 from ncd_torch import _functional as fn
 
 if TYPE_CHECKING:
