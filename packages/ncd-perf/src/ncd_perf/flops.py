@@ -68,6 +68,11 @@ def _elementwise(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
     return {"vector": _out(node, size)}
 
 
+@rule(L.Cast)
+def _cast(op: L.Cast, node: Node, size: Size) -> dict[str, sp.Expr]:
+    return {"vector": _out(node, size)}  # one conversion per element
+
+
 @rule(L.Reduce)
 def _reduce(op: L.Reduce, node: Node, size: Size) -> dict[str, sp.Expr]:
     return {"vector": _prod((*node.loop, *op.axes_), size)}
