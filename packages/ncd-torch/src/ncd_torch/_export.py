@@ -24,6 +24,7 @@ from ncd.graph import Graph, Node, as_graph
 from ncd.params import init
 from ncd.walk import boundary, rule_for, runs
 from ncd_torch._definitions import DEFINITION_RULES
+from ncd_torch._dtypes import check_formats, to_tensor, torch_dtype
 from ncd_torch._plan import plan_modules, scope_chain
 from ncd_torch._rules import TORCH_RULES
 
@@ -248,7 +249,7 @@ def to_module(
     model: Any,
     *,
     params: Mapping[str, Any] | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     seed: int = 0,
     fuse: bool = True,
 ) -> fx.GraphModule:
@@ -259,8 +260,12 @@ def to_module(
     free: they are read from the input shapes at run time. The module is returned in eval mode
     (dropout off), ncd's default semantics; call ``.train()`` to switch dropout on.
     ``fuse=False`` writes every block op by op (no definition rules, see ``_definitions.py``).
+    Each parameter is in its own format (float32, or that of a ``.cast`` model: bfloat16,
+    float16, float64); ``dtype`` converts every parameter to one torch dtype instead. A float8
+    model is a ``DTypeError`` (torch has no float8 arithmetic).
     """
     graph = graph_of(model)
+    check_formats(graph)
     root = nn.Module()
     values = dict(init(graph, seed=seed)) if params is None else dict(params)
     wanted = graph.params()
@@ -277,9 +282,10 @@ def to_module(
         tensor = (
             array.detach().clone()
             if isinstance(array, torch.Tensor)
-            else torch.from_numpy(np.array(array))
+            else to_tensor(np.array(array))
         )
-        _put(root, name, nn.Parameter(tensor.to(dtype)))
+        target = dtype if dtype is not None else torch_dtype(wanted[name].dtype)
+        _put(root, name, nn.Parameter(tensor.to(target)))
     builder = _Builder(graph, root, _lowering_rules(), fuse)
     module = builder.build(
         0, list(range(len(graph.nodes))), list(graph.inputs), list(graph.outputs)

@@ -165,6 +165,13 @@ def _embedding(op: L.Embedding, xs: list[Node], ps: dict[str, Node], em: Emitter
     return [em.call(operator.getitem, ps["weight"], xs[0])]
 
 
+@torch_rule(L.Cast)
+def _cast(op: L.Cast, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    from ncd_torch._dtypes import torch_dtype
+
+    return [em.method(xs[0], "to", torch_dtype(op.to, f"{op.label}'s target"))]
+
+
 @torch_rule(L.Dropout)
 def _dropout(op: L.Dropout, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
     # A real nn.Dropout submodule, so module.train()/eval() switch it like any PyTorch model.
