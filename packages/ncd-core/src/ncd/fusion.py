@@ -168,6 +168,22 @@ def _internal_reduced(graph: Graph, nodes: Sequence[int]) -> list[Axis]:
     return list(found)
 
 
+class _IO:
+    """``kernel_io`` of node sets, each set worked out once: a merge tried and kept, and the
+    kernel finally built from it, share one answer (so do the sibling tests of every unit)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.known: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    def __call__(self, nodes: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        key = tuple(sorted(nodes))
+        hit = self.known.get(key)
+        if hit is None:
+            hit = self.known[key] = kernel_io(self.graph, key)
+        return hit
+
+
 def _schedule(
     graph: Graph,
     nodes: list[int],
@@ -175,6 +191,7 @@ def _schedule(
     unit_grid: list[Axis] | None,
     what: str,
     unit: Sequence[int] | None = None,
+    io: _IO | None = None,
 ) -> tuple[Axis | None, list[Axis]]:
     """(streamed axis, grid) of a merged node set, or ``_Reject`` with the reason."""
     old_stream, old_grid = old if old is not None else (None, [])
@@ -193,7 +210,7 @@ def _schedule(
     reduced_by_old = {
         a for i in old_nodes for a in _axes(graph, [i]) if role(graph.nodes[i], a) in given_up
     }
-    outs = kernel_io(graph, nodes)[1]
+    outs = (io or _IO(graph))(nodes)[1]
     first_reason = ""
     for stream in options:
         try:
@@ -227,6 +244,7 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
     from ncd.graph import as_graph
 
     graph = as_graph(model, "ncd.fuse")
+    io = _IO(graph)
     kernels: list[list[int]] = []
     sched: list[tuple[Axis | None, list[Axis]]] = []
     deps: list[set[int]] = []
@@ -267,7 +285,7 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
                         "it is written to memory once"
                     )
             unit_grid = _grid(graph, unit, None)
-            result = _schedule(graph, merged, sched[k], unit_grid, what, unit)
+            result = _schedule(graph, merged, sched[k], unit_grid, what, unit, io)
         except _Reject as e:
             for v in crossing:
                 reasons.setdefault(v, str(e))
@@ -293,12 +311,12 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
             siblings = [
                 k
                 for k in range(len(kernels))
-                if k not in producer_kernels(unit) and reads & set(kernel_io(graph, kernels[k])[0])
+                if k not in producer_kernels(unit) and reads & set(io(kernels[k])[0])
             ]
             done = any(try_merge(k, unit, False) for k in reversed(siblings))
         if not done:
             try:
-                result = _schedule(graph, unit, None, None, "")
+                result = _schedule(graph, unit, None, None, "", None, io)
             except _Reject:
                 result = (None, _grid(graph, unit, None))
             kernels.append(list(unit))
@@ -309,7 +327,7 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
             )
             for i in unit:
                 owner[i] = len(kernels) - 1
-    return _assemble(graph, kernels, sched, deps, reasons, tiles or {})
+    return _assemble(graph, kernels, sched, deps, reasons, tiles or {}, io)
 
 
 def _assemble(
@@ -319,6 +337,7 @@ def _assemble(
     deps: list[set[int]],
     reasons: dict[int, str],
     tiles: dict[Axis | str, int],
+    io: _IO,
 ) -> FusionPlan:
     """Order kernels topologically, attach partitions and the boundary reasons."""
     order: list[int] = []
@@ -355,7 +374,7 @@ def _assemble(
         ]
         if stream is not None:
             parts.append(Partition(stream, "stream", tile(stream)))
-        ins, outs = kernel_io(graph, nodes)
+        ins, outs = io(nodes)
         body = "_".join(dict.fromkeys(graph.nodes[i].op.kind for i in nodes))[:40]
         out.append(Kernel(graph, nodes, ins, outs, parts, f"k{len(out)}_{body}"))
     owner = {i: position[k] for k in range(len(kernels)) for i in kernels[k]}

@@ -103,6 +103,7 @@ class Compiled:
         fuse: bool | str,
         tiled: bool,
         local_memory: bool | None = None,
+        plan: Any = None,
     ) -> None:
         import pyopencl as cl
 
@@ -113,7 +114,7 @@ class Compiled:
         self.ctx, self.queue, self.device = get_context(device)
         if local_memory is None:  # on-chip local memory (GPUs) pays for staging; CPUs' does not
             local_memory = self.device.local_mem_type == cl.device_local_mem_type.LOCAL
-        self.gen = generate(graph, fuse=fuse, tiled=tiled, local=local_memory)
+        self.gen = generate(graph, fuse=fuse, tiled=tiled, local=local_memory, plan=plan)
         check_fits(graph, self.gen, self.device)
         self.program = build(self.gen.source, device, default_options(fast_math))
         mf = cl.mem_flags
@@ -311,6 +312,7 @@ class OpenCLExecutable(Executable):
         tiled: bool = True,
         local_memory: bool | None = None,
         max_builds: int = 8,
+        plan: Any = None,
     ) -> None:
         from ncd.errors import SizeError
 
@@ -320,7 +322,7 @@ class OpenCLExecutable(Executable):
                 "build. Fix: pass max_builds >= 1 (default 8)."
             )
         self.model = model
-        self.options = (device, fast_math, fuse, tiled, local_memory)
+        self.options = (device, fast_math, fuse, tiled, local_memory, plan)
         self.max_builds = max_builds
         self._built: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
         # one call at a time: kernel objects (their arguments) and intermediate buffers are
@@ -357,7 +359,7 @@ class OpenCLExecutable(Executable):
 
 class OpenCLBackend(Backend):
     name = "opencl"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"float32", "fused"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"float32", "fused", "plan"})
     description = "fused OpenCL C kernels built with pyopencl (PoCL's CPU device by default)"
 
     def compile(self, model: Any, **options: Any) -> Executable:
@@ -366,8 +368,31 @@ class OpenCLBackend(Backend):
         per op), ``tiled`` (use the tiled matmul template), ``local_memory`` (stage matmul
         tiles in ``__local`` memory; default: when the device's local memory is dedicated),
         ``max_builds`` (builds kept for distinct input sizes, least recently used dropped;
-        default 8)."""
+        default 8), ``plan`` (render this plan, ``ncd.plan(model, target="opencl")``: its
+        graph must be the one each call binds)."""
         return OpenCLExecutable(model, **options)
+
+    def plan(self, graph: Any, *, tiles: Any = None, **options: Any) -> Any:
+        """The kernels ``compile`` renders for ``graph`` (``ncd.plan(model, target="opencl")``):
+        ``ncd.fuse`` split for PoCL, the templates' tiles as choices, ``tiles`` applied.
+        Options: ``fuse``, ``tiled``, ``local_memory`` (as for ``compile``; the device is not
+        asked, so ``local_memory`` defaults to False, PoCL's CPU device)."""
+        from ncd.errors import ScheduleError
+        from ncd_opencl.schedule import opencl_plan
+
+        unknown = set(options) - {"fuse", "tiled", "local_memory"}
+        if unknown:
+            raise ScheduleError(
+                f"ncd.plan(target='opencl') got unknown option(s) {', '.join(sorted(unknown))}. "
+                "Fix: use fuse=, tiled= or local_memory=."
+            )
+        return opencl_plan(
+            graph,
+            options.get("fuse", True),
+            options.get("tiled", True),
+            bool(options.get("local_memory", False)),
+            tiles,
+        )
 
 
 class OpenCLSourceExporter(Exporter):

@@ -331,7 +331,8 @@ def _rows_template(
     w, rule = gen.w, STREAM_ACCUMULATORS[type(norm.op)]
     n = _chunk(gen, x, norm)
     row = _row_axis(gen, par, other)
-    rows = min(ROWS, gen.size(row)) if row is not None else 1
+    chosen = gen.kernel.chosen(row, 1) if row is not None else None  # the plan's rows
+    rows = min(chosen or ROWS, gen.size(row)) if row is not None else 1
     env, total = gen.open_grid(par, {row: rows} if row is not None and rows > 1 else None)
     envs = [env]
     if row is not None and rows > 1:
