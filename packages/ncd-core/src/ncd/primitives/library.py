@@ -359,8 +359,8 @@ def _cast_target(value: object) -> DType:
     fmt = to_dtype(value)
     if fmt.kind == "bool":
         raise DTypeError(
-            "ops.cast(ncd.bool): a cast to bool would have to choose a threshold. Fix: compare "
-            "explicitly (e.g. ops.max with a constant), or keep the value as a float mask."
+            "ops.cast(ncd.bool): a cast to bool would have to choose a threshold. Fix: keep the "
+            "value a float (a 0/1 mask multiplies like a bool), or feed bool data as a bool input."
         )
     return fmt
 
