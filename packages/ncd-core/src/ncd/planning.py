@@ -104,7 +104,8 @@ def _matches(p: Partition, key: Axis | str, labels: Mapping[str, str]) -> bool:
 def apply_tiles(plan: FusionPlan, tiles: Mapping[TileKey, int]) -> FusionPlan:
     """``plan`` with the user's tiles replacing the matching choices of its kernels. Each key
     must match at least one choice; without a level it must match one level per axis and
-    kernel; each tile is an int between 1 and its axis's size. Anything else: ``ScheduleError``
+    kernel; each tile is an int between 1 and its axis's size (or the target's own tile, where
+    that overhangs the axis). Anything else: ``ScheduleError``
     naming the key, the tiles there are, and the fix."""
     from ncd.fusion import axis_labels
 
@@ -151,10 +152,13 @@ def _checked(k: Kernel, p: Partition, tile: Any, key: TileKey) -> Partition:
             f"tiles= {key!r}: {tile!r} for {p.axis.describe()} in kernel {k.name} is no "
             "positive int. Fix: an int tile between 1 and the axis size."
         )
-    if size is not None and tile > size:
+    # a target may let a tile overhang its axis (a work-group of 32 rows over 7, the tail
+    # masked); the user may shrink such a tile, and otherwise stays within the axis
+    most = max(size, p.tile) if size is not None and isinstance(p.tile, int) else size
+    if most is not None and tile > most:
         raise ScheduleError(
-            f"tiles= {key!r}: a tile of {tile} does not fit {p.axis.describe()} (size {size}) "
-            f"at level {p.level} in kernel {k.name}. Fix: a tile between 1 and {size}."
+            f"tiles= {key!r}: a tile of {tile} does not fit {p.axis.describe()} "
+            f"at level {p.level} in kernel {k.name}. Fix: a tile between 1 and {most}."
         )
     return attrs.evolve(p, tile=tile)
 
