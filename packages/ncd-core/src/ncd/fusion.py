@@ -18,6 +18,7 @@ to a new identity). The first reason a merge fails is kept as the boundary's rea
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import Any
 
@@ -307,12 +308,20 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
     for unit in _units(graph):
         done = any(try_merge(k, unit, True) for k in reversed(producer_kernels(unit)))
         if not done:
+            # kernels reading one of the unit's inputs from outside themselves (found through
+            # the input's consumers, not by scanning every kernel: linear in depth)
+            producers = set(producer_kernels(unit))
             reads = {v for i in unit for v in graph.nodes[i].inputs}
-            siblings = [
-                k
-                for k in range(len(kernels))
-                if k not in producer_kernels(unit) and reads & set(io(kernels[k])[0])
-            ]
+            siblings = sorted(
+                {
+                    owner[c]
+                    for v in reads
+                    for c in graph.consumers[v]
+                    if c in owner
+                    and owner[c] not in producers
+                    and owner.get(graph.producers.get(v, -1)) != owner[c]
+                }
+            )
             done = any(try_merge(k, unit, False) for k in reversed(siblings))
         if not done:
             try:
@@ -340,15 +349,24 @@ def _assemble(
     io: _IO,
 ) -> FusionPlan:
     """Order kernels topologically, attach partitions and the boundary reasons."""
+    # Kahn's order, the ready kernel with the earliest node first (a heap: linear in depth)
     order: list[int] = []
-    placed: set[int] = set()
-    while len(order) < len(kernels):
-        ready = [k for k in range(len(kernels)) if k not in placed and deps[k] <= placed]
-        if not ready:  # the merge rules exclude cycles; this guards the invariant
-            raise ScheduleError("fusion planner produced a cyclic kernel order (a bug)")
-        k = min(ready, key=lambda k: min(kernels[k]))
+    waiting = [len(deps[k]) for k in range(len(kernels))]
+    after: dict[int, list[int]] = {}
+    for k, ds in enumerate(deps):
+        for j in ds:
+            after.setdefault(j, []).append(k)
+    ready = [(min(kernels[k]), k) for k in range(len(kernels)) if not waiting[k]]
+    heapq.heapify(ready)
+    while ready:
+        _, k = heapq.heappop(ready)
         order.append(k)
-        placed.add(k)
+        for m in after.get(k, ()):
+            waiting[m] -= 1
+            if not waiting[m]:
+                heapq.heappush(ready, (min(kernels[m]), m))
+    if len(order) < len(kernels):  # the merge rules exclude cycles; this guards the invariant
+        raise ScheduleError("fusion planner produced a cyclic kernel order (a bug)")
     labels = axis_labels(graph)
 
     def tile(a: Axis) -> int | str:
