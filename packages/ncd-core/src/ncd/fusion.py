@@ -211,12 +211,11 @@ def _schedule(
     reduced_by_old = {
         a for i in old_nodes for a in _axes(graph, [i]) if role(graph.nodes[i], a) in given_up
     }
-    outs = (io or _IO(graph))(nodes)[1]
     first_reason = ""
     for stream in options:
         try:
-            if stream is not None:
-                analyse_stream(graph, nodes, stream, outs)
+            if stream is not None:  # the values leaving the set matter only to a stream
+                analyse_stream(graph, nodes, stream, (io or _IO(graph))(nodes)[1])
         except ScheduleError as e:
             first_reason = first_reason or str(e)
             continue
