@@ -15,7 +15,6 @@ import pytest
 import ncd
 from ncd import nn, ops
 from ncd.testing import case_by_name
-from ncd_opencl.backend import OpenCLExecutable
 from ncd_opencl.generate import generate
 
 pytest.importorskip("pyopencl")
@@ -48,7 +47,7 @@ def test_acceptance_plan_is_what_perf_prices() -> None:
 
 def test_compile_launches_the_kernels_of_the_plan() -> None:
     plan = ncd.plan(GPT, target="opencl")
-    exe = OpenCLExecutable(GPT)
+    exe = ncd.compile(GPT, "opencl")  # attributes pass through to the OpenCL executable
     params = ncd.init(GPT, seed=0)
     tokens = np.random.default_rng(0).integers(0, 97, 64)
     np.testing.assert_allclose(
@@ -66,6 +65,7 @@ def test_the_recorded_choices_are_the_templates_that_render(name: str) -> None:
     plan = ncd.plan(graph, target="opencl")
     gen = generate(graph)
     assert gen.plan.kernels == plan.kernels  # no choice dropped: each template predicted
+    assert generate(graph, plan=plan).source == gen.source  # the plan is what renders
     for k, src in zip(plan.kernels, gen.kernels, strict=True):
         kinds = {(p.kind, p.level) for p in k.choices}
         if src.style == "tiled":
