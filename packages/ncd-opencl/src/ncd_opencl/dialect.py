@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from ncd.codegen import C_MATH, Dialect
 
-__all__ = ["OPENCL", "PREAMBLE"]
+__all__ = ["DTYPE_PREAMBLE", "OPENCL", "PREAMBLE", "program_preamble"]
 
 # PoCL compiles fmax/fmin (scalar and vector) to library calls that block vectorisation; a
 # select is inlined. Unlike C's fmax, a NaN operand wins (NumPy's maximum, the reference):
@@ -34,6 +37,36 @@ PREAMBLE = (
     "__attribute__((overloadable)) inline float8 ncd_tanh(float8 x) NCD_TANH(float8)\n"
 )
 
+# Reduced and wide formats, each added to a program only when one of its kernels uses it.
+# bfloat16 is its float32's upper 16 bits: a load shifts them back; a store rounds to nearest
+# even (add 0x7fff plus the lowest kept bit, so a tie goes to the even neighbour; a carry into
+# the exponent is the correct rounding up, to infinity past the largest finite value) and
+# keeps a NaN a quiet NaN (a payload in the low bits only would otherwise round to infinity).
+# float16 needs no text: OpenCL 1.2's vload_half / vstore_half_rte convert without cl_khr_fp16.
+# float64: cl_khr_fp64 (checked on the device before building), the double overloads of the
+# erf/tanh helpers (the builtins: PoCL's double erf is exact enough and tanh saturates at 19.1).
+DTYPE_PREAMBLE = {
+    "float64": (
+        "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+        "typedef double ncd_double8u __attribute__((ext_vector_type(8), aligned(8)));\n"
+        "__attribute__((overloadable)) inline double ncd_erf(double x) { return erf(x); }\n"
+        "__attribute__((overloadable)) inline double8 ncd_erf(double8 x) { return erf(x); }\n"
+        "#define NCD_TANH64(T) { return fabs(x) > 19.1 ? copysign((T)(1.0), x) : tanh(x); }\n"
+        "__attribute__((overloadable)) inline double ncd_tanh(double x) NCD_TANH64(double)\n"
+        "__attribute__((overloadable)) inline double8 ncd_tanh(double8 x) NCD_TANH64(double8)\n"
+    ),
+    "bfloat16": (
+        "typedef ushort ncd_ushort8u __attribute__((ext_vector_type(8), aligned(2)));\n"
+        "inline float ncd_bf16_load(ushort h) { return as_float((uint)h << 16); }\n"
+        "inline float8 ncd_bf16_load8(ushort8 h) { return as_float8(convert_uint8(h) << 16); }\n"
+        "inline ushort ncd_bf16_store(float x) {\n"
+        "    uint u = as_uint(x);\n"
+        "    if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);\n"
+        "    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+        "}\n"
+    ),
+}
+
 #: OpenCL C 1.2: overloaded math builtins, address-space qualifiers, get_*_id, barrier().
 OPENCL = Dialect(
     name="opencl",
@@ -54,4 +87,31 @@ OPENCL = Dialect(
     reqd_local="__attribute__((reqd_work_group_size({x}, {y}, {z})))",
     vector_width=8,
     unaligned_vector="ncd_float8u",
+    loads={
+        "float64": "{buf}[{addr}]",
+        "float32": "{buf}[{addr}]",
+        "float16": "vload_half({addr}, {buf})",
+        "bfloat16": "ncd_bf16_load({buf}[{addr}])",
+    },
+    stores={
+        "float64": "{buf}[{addr}] = {value};",
+        "float32": "{buf}[{addr}] = {value};",
+        "float16": "vstore_half_rte({value}, {addr}, {buf});",
+        "bfloat16": "{buf}[{addr}] = ncd_bf16_store({value});",
+    },
+    vector_loads={
+        "float64": "*({space} const {u}*)({ptr})",
+        "float32": "*({space} const {u}*)({ptr})",
+        "float16": "vload_half{n}(0, {ptr})",
+        "bfloat16": "ncd_bf16_load8(*({space} const {u}*)({ptr}))",
+    },
+    unaligned={"float64": "ncd_double8u", "float32": "ncd_float8u", "bfloat16": "ncd_ushort8u"},
+    dtype_preamble=DTYPE_PREAMBLE,
 )
+
+
+def program_preamble(kernels: Iterable[Any]) -> str:
+    """``PREAMBLE`` plus, once each, the text of every format the kernels (``KernelSource``)
+    use; a float32 program gets ``PREAMBLE`` alone."""
+    used = {d for k in kernels for d in k.dtypes}
+    return PREAMBLE + "".join(text for d, text in OPENCL.dtype_preamble.items() if d in used)

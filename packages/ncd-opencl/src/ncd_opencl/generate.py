@@ -17,7 +17,7 @@ from ncd.codegen.stream import streamed_template
 from ncd.codegen.vector import vector_template
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan
-from ncd_opencl.dialect import OPENCL, PREAMBLE
+from ncd_opencl.dialect import OPENCL, program_preamble
 from ncd_opencl.plan import choose_layouts
 
 __all__ = ["Generated", "generate", "opencl_rules"]
@@ -33,7 +33,11 @@ class Generated:
     @property
     def source(self) -> str:
         """The program: each distinct kernel function once (layers share theirs)."""
-        return PREAMBLE + "\n" + "\n".join(k.text for k in self.kernels if k.text)
+        return (
+            program_preamble(self.kernels)
+            + "\n"
+            + "\n".join(k.text for k in self.kernels if k.text)
+        )
 
 
 def opencl_rules() -> dict[type, Any]:

@@ -79,6 +79,13 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         return None
     if any(a not in m_axes for a in g.values[x].axes if a not in op.in_axes):
         return None
+    # the row vectors load straight into the arithmetic type: both operands must compute in
+    # the kernel's format (float16/bfloat16/float32 rows in a float32 kernel, float64 in float64)
+    d = gen.dialect
+    for buf in (xb, wb):
+        if d.arith(buf.dtype) != gen.cdtype or d.vector_load(buf.dtype, "p", "") is None:
+            return None
+    cv = d.vector(gen.ctype, VW)  # accumulator and row vectors
     w = gen.w
     mb, nb = -(-msz // RM), -(-nsz // RN)
     it = gen.itype  # 64-bit when an array passes 2^31 elements
@@ -91,9 +98,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         w.line(f"const {it} {m} = min(mb * {RM} + {i}, {gen.index_lit(msz - 1)});")
         env = _split(gen, m_axes, m)
         rows.append((m, env))
-        w.line(
-            f"{gen.dialect.global_} const float* a{i} = {xb.name} + {xb.address({**env, **zero})};"
-        )
+        w.line(f"{d.global_} const {xb.ctype}* a{i} = {xb.name} + {xb.address({**env, **zero})};")
     for j in range(RN):
         n = gen.unique(f"n{j}")
         w.line(f"const {it} {n} = min(nb * {RN} + {j}, {gen.index_lit(nsz - 1)});")
@@ -101,12 +106,11 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         cols.append((n, env))
         # by position: the weight of ``linear("d -> d")`` holds ``d`` twice
         base = wb.address_at([*(env[a] for a in n_axes), *("0" for _ in op.in_axes)])
-        w.line(f"{gen.dialect.global_} const float* b{j} = {wb.name} + {base};")
+        w.line(f"{d.global_} const {wb.ctype}* b{j} = {wb.name} + {base};")
     for i in range(RM):
         for j in range(RN):
-            w.line(f"float{VW} c{i}_{j} = (float{VW})(0.0f);")
+            w.line(f"{cv} c{i}_{j} = ({cv})({gen.lit(0.0)});")
     kv = kdim - kdim % VW
-    vt = gen.dialect.unaligned_vector or f"float{VW}"  # rows need only element alignment
     if local:
         _local_tiles(gen, xb, wb, m_axes, n_axes, op.in_axes, msz, nsz, kdim)
     else:
@@ -117,21 +121,24 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                 f"{gen.index_lit(kv)}); k += {VW})"
             ),
         ):
-            # pointer casts, not vload8: PoCL's vload8 is a library call
-            g_ = gen.dialect.global_
+            # float32/float64: pointer casts to element-aligned vectors, not vload8 (a library
+            # call on PoCL); bfloat16 a ushort8 widened by a shift; float16 vload_half8
+            g_ = d.global_
             _multiply(
                 gen,
-                lambda i: f"*({g_} const {vt}*)(a{i} + k)",
-                lambda j: f"*({g_} const {vt}*)(b{j} + k)",
+                lambda i: d.vector_load(xb.dtype, f"a{i} + k", g_),
+                lambda j: d.vector_load(wb.dtype, f"b{j} + k", g_),
             )
     sums = {}
     for i in range(RM):
         for j in range(RN):
             s = gen.unique(f"s{i}_{j}")
             c = f"c{i}_{j}"
-            w.line(f"float {s} = dot({c}.lo, (float4)(1.0f)) + dot({c}.hi, (float4)(1.0f));")
+            one = f"({d.vector(gen.ctype, 4)})({gen.lit(1.0)})"
+            w.line(f"{gen.ctype} {s} = dot({c}.lo, {one}) + dot({c}.hi, {one});")
             if kv < kdim:
-                w.line(f"for ({it} k = {kv}; k < {kdim}; ++k) {s} += a{i}[k] * b{j}[k];")
+                xk, wk = d.load(xb.dtype, f"a{i}", "k"), d.load(wb.dtype, f"b{j}", "k")
+                w.line(f"for ({it} k = {kv}; k < {kdim}; ++k) {s} += {xk} * {wk};")
             sums[i, j] = s
     if gen.dialect.vector_width == VW and _lane_epilogue(nodes, lin, renames):
         _vector_epilogue(gen, lin, sums, rows, cols, renames, msz, nsz)
@@ -183,7 +190,7 @@ def _vector_epilogue(
     scalar calls), then each lane written where it is inside the output."""
     w, k = gen.w, gen.kernel
     order = [(i, j) for i in range(RM) for j in range(RN)]
-    vt = f"float{VW}"
+    vt = gen.dialect.vector(gen.ctype, VW)
     packed = f"({vt})({', '.join(sums[ij] for ij in order)})"
     if lin.op.bias:
         packed += f" + ({vt})({', '.join(gen.param(lin, 'bias', cols[j][1]) for _, j in order)})"
@@ -201,7 +208,10 @@ def _vector_epilogue(
                 env = {**rows[i][1], **cols[j][1]}
                 env.update({a: env[src] for a, src in renames.items() if src in env})
                 guard = f"mb * {RM} + {i} < {msz} && nb * {RN} + {j} < {nsz}"
-                w.line(f"if ({guard}) {out.name}[{out.address(env)}] = {val}.s{n:x};")
+                put = gen.dialect.store(
+                    out.dtype, out.name, out.address(env), gen.dialect.lane(val, n)
+                )
+                w.line(f"if ({guard}) {put}")
 
 
 def _local_tiles(
@@ -221,8 +231,8 @@ def _local_tiles(
     w, d = gen.w, gen.dialect
     tm, tn = RM * WG_M, RN * WG_N
     zero = {a: "0" for a in k_axes}
-    w.line(f"{d.local} float xs[{tm}][{KL}];")
-    w.line(f"{d.local} float ws[{tn}][{KL}];")
+    w.line(f"{d.local} {gen.ctype} xs[{tm}][{KL}];")  # tiles in the arithmetic type
+    w.line(f"{d.local} {gen.ctype} ws[{tn}][{KL}];")
     w.line(f"const int lid = {d.lid(1)} * {WG_N} + {d.lid(0)};")
     it = gen.itype
     cast = f"({it})" if gen.wide else ""  # the product at index width
@@ -245,13 +255,15 @@ def _local_tiles(
                     if buf is wb
                     else buf.address({**split, **zero})
                 )
-                w.line(f"{tile}[r][kk] = k0 + kk < {kdim} ? {buf.name}[{base} + k0 + kk] : 0.0f;")
+                elem = d.load(buf.dtype, buf.name, f"{base} + k0 + kk")
+                w.line(f"{tile}[r][kk] = k0 + kk < {kdim} ? {elem} : {gen.lit(0.0)};")
         w.line(d.barrier)
+        vt = d.vector(gen.ctype, VW)
         with w.block(f"for (int k = 0; k < {KL}; k += {VW})"):
             _multiply(
                 gen,
-                lambda i: f"*({d.local} const float{VW}*)(&xs[ly + {i}][k])",
-                lambda j: f"*({d.local} const float{VW}*)(&ws[lx + {j}][k])",
+                lambda i: f"*({d.local} const {vt}*)(&xs[ly + {i}][k])",
+                lambda j: f"*({d.local} const {vt}*)(&ws[lx + {j}][k])",
             )
         w.line(d.barrier)
 
@@ -259,10 +271,11 @@ def _local_tiles(
 def _multiply(gen: KernelGen, row: Any, col: Any) -> None:
     """One step of the block product: ``RM`` row vectors and ``RN`` column vectors loaded (by
     the expressions ``row(i)``, ``col(j)``), then ``c_ij += x_i * y_j``."""
+    vt = gen.dialect.vector(gen.ctype, VW)
     for i in range(RM):
-        gen.w.line(f"const float{VW} x{i} = {row(i)};")
+        gen.w.line(f"const {vt} x{i} = {row(i)};")
     for j in range(RN):
-        gen.w.line(f"const float{VW} y{j} = {col(j)};")
+        gen.w.line(f"const {vt} y{j} = {col(j)};")
     for i in range(RM):
         for j in range(RN):
             gen.w.line(f"c{i}_{j} += x{i} * y{j};")

@@ -1,4 +1,5 @@
-"""What differs between C-like kernel languages: qualifiers, work-item ids, barriers, math.
+"""What differs between C-like kernel languages: qualifiers, work-item ids, barriers, math, and
+the element formats (storage types, arithmetic types, literals, vectors, load/store conversions).
 
 The generator writes every target-specific token through a ``Dialect``; OpenCL and CUDA are two
 instances of this class, not two generators.
@@ -6,11 +7,33 @@ instances of this class, not two generators.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import attrs
 
-__all__ = ["C_MATH", "Dialect"]
+from ncd.errors import DTypeError
+
+__all__ = ["COMPUTE", "C_MATH", "C_TYPES", "Dialect"]
+
+#: ncd dtype -> C storage type (a buffer's element type). bfloat16 is stored as its 16 bits
+#: (``unsigned short``) and converted by the dialect's load/store functions; float16 as C's
+#: ``half`` (OpenCL 1.2 allows ``half`` pointers without an extension, read by ``vload_half``).
+C_TYPES: dict[str, str] = {
+    "float64": "double",
+    "float32": "float",
+    "float16": "half",
+    "bfloat16": "ushort",
+    "int64": "long",
+    "int32": "int",
+}
+#: storage dtype -> the dtype its arithmetic runs in (reduced formats compute in float32).
+COMPUTE: dict[str, str] = {
+    "float64": "float64",
+    "float32": "float32",
+    "float16": "float32",
+    "bfloat16": "float32",
+}
 
 #: Portable math names -> the C spelling used by default (OpenCL C's overloaded builtins).
 #: ``fmax``/``fmin`` mean the reference's (NumPy's maximum: a NaN operand gives NaN), which C's
@@ -35,6 +58,16 @@ C_MATH: dict[str, str] = {
 
 def _frozen_map(value: Mapping[str, str]) -> Mapping[str, str]:
     return dict(value)
+
+
+# C's spellings, the defaults a dialect overrides: ``{buf}``/``{addr}``/``{value}`` are the
+# buffer, the element offset and the value in the arithmetic type.
+_LOADS = {"float64": "{buf}[{addr}]", "float32": "{buf}[{addr}]"}
+_STORES = {"float64": "{buf}[{addr}] = {value};", "float32": "{buf}[{addr}] = {value};"}
+_SUFFIX = {"float32": "f", "float64": ""}
+_INF = {"float32": "INFINITY", "float64": "HUGE_VAL"}
+_NAN = {"float32": "NAN", "float64": "(double)NAN"}
+_LOWEST = {"float32": "-3.402823466e38f", "float64": "-1.7976931348623157e308"}
 
 
 @attrs.frozen
@@ -70,6 +103,95 @@ class Dialect:
     #: ``long long`` in CUDA), and the global id read at that width; others index with ``int``.
     index64: str = "long"
     global_id64: str = "(long)get_global_id({d})"
+    # -- element formats (a second dialect fills the same tables with its spellings) --------------
+    #: dtype -> C storage type of a buffer element.
+    ctypes: Mapping[str, str] = attrs.field(factory=lambda: dict(C_TYPES), converter=_frozen_map)
+    #: storage dtype -> the dtype arithmetic on it runs in.
+    compute: Mapping[str, str] = attrs.field(factory=lambda: dict(COMPUTE), converter=_frozen_map)
+    #: arithmetic dtype -> literal suffix (``1.5f``), infinity, NaN and lowest finite spellings.
+    suffix: Mapping[str, str] = attrs.field(factory=lambda: dict(_SUFFIX), converter=_frozen_map)
+    infinity: Mapping[str, str] = attrs.field(factory=lambda: dict(_INF), converter=_frozen_map)
+    nan: Mapping[str, str] = attrs.field(factory=lambda: dict(_NAN), converter=_frozen_map)
+    lowest: Mapping[str, str] = attrs.field(factory=lambda: dict(_LOWEST), converter=_frozen_map)
+    #: storage dtype -> scalar load expression / store statement (``{buf}``, ``{addr}``,
+    #: ``{value}``), converting between the storage and the arithmetic type.
+    loads: Mapping[str, str] = attrs.field(factory=lambda: dict(_LOADS), converter=_frozen_map)
+    stores: Mapping[str, str] = attrs.field(factory=lambda: dict(_STORES), converter=_frozen_map)
+    #: storage dtype -> load of ``{n}`` consecutive elements at pointer ``{ptr}`` into an
+    #: arithmetic vector (``{space}``: the pointer's address-space qualifier, ``{u}``: the
+    #: element-aligned vector type of ``unaligned``); a dtype missing here has no vector loads.
+    vector_loads: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
+    #: storage dtype -> element-aligned vector typedef name at ``vector_width`` lanes.
+    unaligned: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
+    #: storage or arithmetic dtype -> text the program needs once when a kernel uses it
+    #: (conversion functions, an extension pragma), after ``preamble``.
+    dtype_preamble: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
+    #: ``{ctype}{n}``: the vector type of ``n`` lanes; ``{expr}.s{k:x}``: lane ``k`` of a vector.
+    vector_type: str = "{ctype}{n}"
+    lane_access: str = "{expr}.s{k:x}"
+
+    # -- element formats --------------------------------------------------------------------------
+    def _table(self, table: Mapping[str, str], dtype: str, what: str) -> str:
+        hit = table.get(str(dtype))
+        if hit is None:
+            runs = ", ".join(sorted(k for k in self.compute if k in self.loads))
+            raise DTypeError(
+                f"the {self.name} code generator has no {what} for the format {dtype}; it runs "
+                f"{runs}. Fix: cast the model (or this part of it, ops.cast) to one of these."
+            )
+        return hit
+
+    def ctype(self, dtype: str) -> str:
+        """The C storage type of an element of ``dtype``."""
+        return self._table(self.ctypes, dtype, "storage type")
+
+    def arith(self, dtype: str) -> str:
+        """The dtype arithmetic on ``dtype`` values runs in (float32 for float16/bfloat16)."""
+        return self._table(self.compute, dtype, "arithmetic type")
+
+    def literal(self, x: float | str, dtype: str = "float32") -> str:
+        """A literal of arithmetic type ``dtype``: ``1.5f`` (float), ``1.5`` (double); ``x`` a
+        number or its decimal spelling (kept digit for digit); infinities and NaN spelled per
+        dtype."""
+        suffix = self._table(self.suffix, dtype, "literal")
+        if isinstance(x, str):
+            return f"{x}{suffix}"
+        if math.isnan(x):
+            return self._table(self.nan, dtype, "NaN")
+        if math.isinf(x):
+            inf = self._table(self.infinity, dtype, "infinity")
+            return inf if x > 0 else f"-{inf}"
+        return f"{float(x)!r}{suffix}"
+
+    def vector(self, ctype: str, n: int) -> str:
+        """The vector type of ``n`` lanes of ``ctype`` (``float8``)."""
+        return self.vector_type.format(ctype=ctype, n=n)
+
+    def lane(self, expr: str, k: int) -> str:
+        """Lane ``k`` of the vector ``expr``."""
+        return self.lane_access.format(expr=expr, k=k)
+
+    def load(self, dtype: str, buf: str, addr: str) -> str:
+        """Element ``addr`` of buffer ``buf`` (of storage ``dtype``) in its arithmetic type;
+        integer buffers are read as they are."""
+        if str(dtype) not in self.compute:
+            return f"{buf}[{addr}]"
+        return self._table(self.loads, dtype, "load").format(buf=buf, addr=addr)
+
+    def store(self, dtype: str, buf: str, addr: str, value: str) -> str:
+        """The statement writing ``value`` (arithmetic type) to element ``addr`` of ``buf``."""
+        if str(dtype) not in self.compute:
+            return f"{buf}[{addr}] = {value};"
+        return self._table(self.stores, dtype, "store").format(buf=buf, addr=addr, value=value)
+
+    def vector_load(self, dtype: str, ptr: str, space: str) -> str | None:
+        """``vector_width`` elements at ``ptr`` as an arithmetic vector; ``None``: no vector
+        loads for ``dtype`` (the caller falls back to scalars)."""
+        form = self.vector_loads.get(str(dtype))
+        if form is None:
+            return None
+        u = self.unaligned.get(str(dtype), self.vector(self.ctype(dtype), self.vector_width))
+        return form.format(ptr=ptr, space=space, u=u, n=self.vector_width)
 
     def fn(self, name: str) -> str:
         """The builtin spelling of the portable math function ``name``."""

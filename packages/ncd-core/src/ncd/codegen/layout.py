@@ -13,12 +13,14 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from ncd.axis import Axis
+from ncd.codegen.dialect import C_TYPES
 from ncd.errors import ScheduleError
 
 __all__ = ["CTYPES", "Buffer", "Layouts", "row_major"]
 
-#: ncd dtype -> C element type.
-CTYPES = {"float32": "float", "float64": "double", "int64": "long", "int32": "int"}
+#: ncd dtype -> C element type: the default dialect's table (``Dialect.ctypes`` is what the
+#: generator reads; kept here for callers of the old name).
+CTYPES = C_TYPES
 
 #: value id -> the axis order it is stored in (a permutation of the value's axes).
 Layouts = Mapping[int, tuple[Axis, ...]]
@@ -37,7 +39,8 @@ def row_major(axes: Sequence[Axis], sizes: Mapping[Axis, int]) -> tuple[int, ...
 @attrs.frozen
 class Buffer:
     """A kernel argument: ``name`` in source, what it holds (a value id or a parameter name),
-    its axes in storage order with their strides, and its C element type."""
+    its axes in storage order with their strides, its C element type and its ncd format (the
+    generator fills both from the dialect; the defaults serve buffers made by hand in tests)."""
 
     name: str
     axes: tuple[Axis, ...]
@@ -46,6 +49,7 @@ class Buffer:
     value: int | None = None
     param: str | None = None
     output: bool = False
+    dtype: str = "float32"
 
     @property
     def size(self) -> int:
@@ -97,5 +101,8 @@ def _paren(e: str) -> str:
     return e if e.isidentifier() or e.isdigit() else f"({e})"
 
 
-def nbytes(buf: Buffer, itemsize: Mapping[str, int]) -> int:
-    return math.prod(a.size or 1 for a in buf.axes) * itemsize.get(buf.ctype, 4)
+def nbytes(buf: Buffer) -> int:
+    """Bytes of a dense buffer, at its format's item size."""
+    from ncd.dtypes import dtype as to_dtype
+
+    return math.prod(a.size or 1 for a in buf.axes) * to_dtype(buf.dtype).itemsize

@@ -19,8 +19,9 @@ import attrs
 
 from ncd.axis import Axis
 from ncd.codegen.dialect import Dialect
-from ncd.codegen.layout import CTYPES, Buffer, Layouts, row_major
+from ncd.codegen.layout import Buffer, Layouts, row_major
 from ncd.codegen.source import Writer, kind_hint, sanitize
+from ncd.dtypes import dtype as to_dtype
 from ncd.errors import ScheduleError
 from ncd.graph import Node
 from ncd.kernel import Kernel
@@ -39,14 +40,30 @@ class KernelSource:
     local_size: tuple[int, ...] | None
     kernel: Kernel = attrs.field(eq=False, repr=False)
     style: str = "pointwise"  # which renderer produced it: pointwise | streamed | tiled
+    #: the element formats the kernel stores and computes in (the program's preamble adds
+    #: each one's conversion functions or extension once)
+    dtypes: tuple[str, ...] = ()
 
 
-def lit(x: float, dialect: Dialect) -> str:
-    """A float literal (``1.5f``); infinities use the dialect's spelling."""
-    if math.isinf(x):
-        return dialect.inf if x > 0 else f"-{dialect.inf}"
-    text = repr(float(x))
-    return f"{text}f"
+def lit(x: float | str, dialect: Dialect, dtype: str = "float32") -> str:
+    """A literal of arithmetic type ``dtype`` (``1.5f`` for float32), as the dialect spells it."""
+    return dialect.literal(x, dtype)
+
+
+def arith_dtype(kernel: Kernel, dialect: Dialect) -> str:
+    """The arithmetic format of a kernel: float64 when a float array its nodes touch is float64
+    (in the dialect's ``compute`` table), else float32; ``DTypeError`` (naming the format) for
+    a float format the dialect cannot store."""
+    g, wide = kernel.graph, False
+    for i in kernel.nodes:
+        node = g.nodes[i]
+        formats = [g.values[v].dtype for v in (*node.inputs, *node.outputs)]
+        formats += [p.dtype for p in node.op.params()]
+        for f in formats:
+            if to_dtype(f).kind == "float":
+                dialect.ctype(f)  # refuses a format the dialect has no storage for
+                wide = wide or dialect.arith(f) == "float64"
+    return "float64" if wide else "float32"
 
 
 class KernelGen:
@@ -77,6 +94,9 @@ class KernelGen:
         self.vec_vars: set[str] = set()
         #: an array of the kernel holds more elements than ``int`` indexes: 64-bit indices
         self.wide = _largest_array(kernel) > INT_MAX
+        #: arithmetic format and its C type (float16/bfloat16 storage computes in float32)
+        self.cdtype = arith_dtype(kernel, dialect)
+        self.ctype = dialect.ctype(self.cdtype)
 
     @property
     def itype(self) -> str:
@@ -118,9 +138,10 @@ class KernelGen:
                 name,
                 axes,
                 row_major(axes, self._sizes(axes)),
-                CTYPES.get(t.dtype, "float"),
+                self.dialect.ctype(t.dtype),
                 value=v,
                 output=output,
+                dtype=t.dtype,
             )
         return self.buffers[key]
 
@@ -131,7 +152,12 @@ class KernelGen:
             p = next(p for p in node.op.params() if p.name == pname)
             name = self.unique(f"w_{full}")
             self.buffers[key] = Buffer(
-                name, p.axes, row_major(p.axes, self._sizes(p.axes)), param=full
+                name,
+                p.axes,
+                row_major(p.axes, self._sizes(p.axes)),
+                self.dialect.ctype(p.dtype),
+                param=full,
+                dtype=p.dtype,
             )
         return self.buffers[key]
 
@@ -146,7 +172,7 @@ class KernelGen:
 
     @property
     def vtype(self) -> str:
-        return f"float{self.dialect.vector_width}"
+        return self.dialect.vector(self.ctype, self.dialect.vector_width)
 
     def vector_at(self, b: Buffer, addr: str) -> str:
         """The vector lvalue at element ``addr`` of ``b`` (a pointer cast, not vload: PoCL
@@ -168,6 +194,15 @@ class KernelGen:
         addr = b.address(index)
         return self.vector_at(b, addr) if self.in_vector(addr) else f"{b.name}[{addr}]"
 
+    def store(self, b: Buffer, index: Mapping[Axis, str], value: str) -> None:
+        """Write ``value`` (arithmetic type) to ``b`` at ``index``, converted to ``b``'s format
+        (a vector store inside a vector loop along ``b``, float32 only: see ``vector``)."""
+        addr = b.address(index)
+        if self.in_vector(addr):
+            self.w.line(f"{self.vector_at(b, addr)} = {value};")
+        else:
+            self.w.line(self.dialect.store(b.dtype, b.name, addr, value))
+
     def read(self, b: Buffer, index: Mapping[Axis, str]) -> str:
         return self.read_addr(b, b.address(index))
 
@@ -175,9 +210,10 @@ class KernelGen:
         """``b`` at element offset ``addr`` (a vector inside a vector loop along ``b``)."""
         if self.in_vector(addr):  # unit stride along the vector axis (checked by the template)
             return f"({self.vector_at(b, addr)})"
-        if self.in_vector() and b.ctype == "float":
-            return f"(({self.vtype})({b.name}[{addr}]))"
-        return f"{b.name}[{addr}]"
+        scalar = self.dialect.load(b.dtype, b.name, addr)
+        if self.in_vector() and b.dtype in self.dialect.compute:
+            return f"(({self.vtype})({scalar}))"
+        return scalar
 
     def accumulate(
         self,
@@ -191,7 +227,7 @@ class KernelGen:
         """``kind`` (sum | max | min) of ``term(index)`` over ``axes``; a scalar variable.
         ``nan=False``: a max/min that may drop NaN operands (``fmax_any``)."""
         any_ = "" if nan else "_any"
-        init = {"sum": "0.0f", "max": f"-{self.dialect.inf}", "min": self.dialect.inf}[kind]
+        init = {"sum": self.lit(0.0), "max": self.lit(-math.inf), "min": self.lit(math.inf)}[kind]
         step = {
             "sum": "{a} += {t};",
             "max": "{a} = " + self.fn("fmax" + any_) + "({a}, {t});",
@@ -201,7 +237,7 @@ class KernelGen:
             acc = self.var(f"({self.vtype})({init})", f"{hint}v", self.vtype)
             with self.loop(self.vec) as i:
                 self.w.line(step.format(a=acc, t=term({**index, self.vec: i})))
-            return self.let(self.across_lanes(acc, kind, nan), hint, "float")
+            return self.let(self.across_lanes(acc, kind, nan), hint, self.ctype)
         acc = self.var(init, hint)
 
         def go(env: dict[Axis, str], rest: tuple[Axis, ...]) -> None:
@@ -216,7 +252,7 @@ class KernelGen:
 
     def across_lanes(self, vec: str, kind: str, nan: bool = True) -> str:
         """The scalar ``kind`` (sum | max | min) of the lanes of vector variable ``vec``."""
-        lanes = [f"{vec}.s{k:x}" for k in range(self.dialect.vector_width)]
+        lanes = [self.dialect.lane(vec, k) for k in range(self.dialect.vector_width)]
         if kind == "sum":
             return " + ".join(lanes)
         total = lanes[0]
@@ -225,16 +261,19 @@ class KernelGen:
         return total
 
     # -- emitting ----------------------------------------------------------------------------------
-    def let(self, expr: str, hint: str = "t", ctype: str = "float") -> str:
+    def let(self, expr: str, hint: str = "t", ctype: str | None = None) -> str:
+        """``ctype`` defaults to the kernel's arithmetic type (its vector in a vector loop)."""
         if expr.isidentifier():
             return expr
-        if ctype == "float" and self.in_vector():
+        ctype = self.ctype if ctype is None else ctype
+        if ctype == self.ctype and self.in_vector():
             ctype = self.vtype
         name = self.unique(hint, "t")
         self.w.line(f"{ctype} {name} = {expr};")
         return name
 
-    def var(self, init: str, hint: str = "acc", ctype: str = "float") -> str:
+    def var(self, init: str, hint: str = "acc", ctype: str | None = None) -> str:
+        ctype = self.ctype if ctype is None else ctype
         name = self.unique(hint, "t")
         self.w.line(f"{ctype} {name} = {init};")
         return name
@@ -250,8 +289,9 @@ class KernelGen:
             )
         return _Loop(self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; ++{i})", i)
 
-    def lit(self, x: float) -> str:
-        return lit(x, self.dialect)
+    def lit(self, x: float | str) -> str:
+        """A literal in the kernel's arithmetic type (``x`` a number or its decimal text)."""
+        return self.dialect.literal(x, self.cdtype)
 
     def fn(self, name: str) -> str:
         return self.dialect.fn(name)
@@ -277,7 +317,8 @@ class KernelGen:
             return hit
         node = self.graph.nodes[self.made_here[v]]
         rule = self.rule_for(node)
-        ctype = CTYPES.get(self.graph.values[v].dtype, "float")
+        dt = self.graph.values[v].dtype  # float values in the arithmetic type, ids as they are
+        ctype = self.ctype if dt in self.dialect.compute else self.dialect.ctype(dt)
         # a value depends only on its index: compute it in the outermost loop that fixes it
         with self.w.at_depth(self.w.depth_for(list(env.values()))):
             expr = rule(self, node, env)
@@ -390,7 +431,7 @@ class KernelGen:
 
         def body(index: dict[Axis, str], rest: list[Axis]) -> None:
             if not rest:
-                self.w.line(f"{self.write_target(out, index)} = {self.load(v, index)};")
+                self.store(out, index, self.load(v, index))
                 return
             with self.loop(rest[0]) as i:
                 body({**index, rest[0]: i}, rest[1:])
@@ -417,7 +458,8 @@ class KernelGen:
             f"// {comment(str(self.kernel))}\n{attr}{self.dialect.kernel} {name}(\n    {args})\n{{"
         )
         text = f"{head}\n{self.w.render()}\n}}\n"
-        return KernelSource(name, text, tuple(bufs), gsize, lsize, self.kernel, style)
+        dtypes = tuple(sorted({str(b.dtype) for b in bufs} | {self.cdtype}))
+        return KernelSource(name, text, tuple(bufs), gsize, lsize, self.kernel, style, dtypes)
 
 
 INT_MAX = 2**31 - 1

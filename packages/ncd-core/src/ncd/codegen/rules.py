@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ncd.axis import Axis
-from ncd.codegen.layout import CTYPES
 from ncd.codegen.lower import KernelGen
 from ncd.graph import Node
 from ncd.primitives import library as L
@@ -35,6 +34,7 @@ def codegen_rule(cls: type) -> Callable[[Rule], Rule]:
 
 
 F = Callable[[KernelGen, str], str]
+# constants through ``g.lit`` (decimal text kept digit for digit, typed by the kernel's format)
 UNARY_C: dict[str, F] = {
     "exp": lambda g, x: f"{g.fn('exp')}({x})",
     "log": lambda g, x: f"{g.fn('log')}({x})",
@@ -42,17 +42,20 @@ UNARY_C: dict[str, F] = {
     "rsqrt": lambda g, x: f"{g.fn('rsqrt')}({x})",
     "abs": lambda g, x: f"{g.fn('fabs')}({x})",
     "neg": lambda g, x: f"(-{x})",
-    "relu": lambda g, x: f"{g.fn('fmax')}({x}, 0.0f)",
-    "gelu": lambda g, x: f"(0.5f * {x} * (1.0f + {g.fn('erf')}({x} * 0.70710678118654752f)))",
-    "gelu_tanh": lambda g, x: (
-        f"(0.5f * {x} * (1.0f + {g.fn('tanh')}(0.79788456080286536f * "
-        f"({x} + 0.044715f * {x} * {x} * {x}))))"
+    "relu": lambda g, x: f"{g.fn('fmax')}({x}, {g.lit(0.0)})",
+    "gelu": lambda g, x: (
+        f"({g.lit(0.5)} * {x} * ({g.lit(1.0)} + {g.fn('erf')}({x} * "
+        f"{g.lit('0.70710678118654752')})))"
     ),
-    "silu": lambda g, x: f"({x} / (1.0f + {g.fn('exp')}(-{x})))",
-    "sigmoid": lambda g, x: f"(1.0f / (1.0f + {g.fn('exp')}(-{x})))",
+    "gelu_tanh": lambda g, x: (
+        f"({g.lit(0.5)} * {x} * ({g.lit(1.0)} + {g.fn('tanh')}({g.lit('0.79788456080286536')} * "
+        f"({x} + {g.lit('0.044715')} * {x} * {x} * {x}))))"
+    ),
+    "silu": lambda g, x: f"({x} / ({g.lit(1.0)} + {g.fn('exp')}(-{x})))",
+    "sigmoid": lambda g, x: f"({g.lit(1.0)} / ({g.lit(1.0)} + {g.fn('exp')}(-{x})))",
     "tanh": lambda g, x: f"{g.fn('tanh')}({x})",
     "square": lambda g, x: f"({x} * {x})",
-    "recip": lambda g, x: f"(1.0f / {x})",
+    "recip": lambda g, x: f"({g.lit(1.0)} / {x})",
 }
 B = Callable[[KernelGen, str, str], str]
 BINARY_C: dict[str, B] = {
@@ -114,7 +117,7 @@ def _cast(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 def _causal(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.CausalMask = node.op  # type: ignore[assignment]
     offset = gen.size(op.x) - gen.size(op.q)
-    fill = f"-{gen.dialect.inf}" if op.fill == "-inf" else "0.0f"
+    fill = gen.lit(-math.inf if op.fill == "-inf" else 0.0)
     x = _ins(gen, node, index)
     return f"(({index[op.x]}) <= ({index[op.q]}) + {offset} ? {x} : {fill})"
 
@@ -150,8 +153,8 @@ def _reduce(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 def _einsum(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.Einsum = node.op  # type: ignore[assignment]
     if not op.contracted:
-        return " * ".join(_ins(gen, node, index, k) for k in range(len(op.inputs))) or "1.0f"
-    acc = gen.var("0.0f", "dot")
+        return " * ".join(_ins(gen, node, index, k) for k in range(len(op.inputs))) or gen.lit(1.0)
+    acc = gen.var(gen.lit(0.0), "dot")
 
     def body(env: dict[Axis, str]) -> None:
         prod = " * ".join(_ins(gen, node, env, k) for k in range(len(op.inputs)))
@@ -175,7 +178,7 @@ def linear_weight(
 @codegen_rule(L.Linear)
 def _linear(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.Linear = node.op  # type: ignore[assignment]
-    acc = gen.var("0.0f", "dot")
+    acc = gen.var(gen.lit(0.0), "dot")
 
     def body(env: dict[Axis, str]) -> None:
         # ``env`` rebinds the contracted axes; an output axis that is also contracted keeps
@@ -213,7 +216,7 @@ def _softmax(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
         # the maximum may drop a NaN: exp(NaN - m) makes the row NaN (as the reference)
         m = gen.accumulate(core, index, "max", lambda env: _ins(gen, node, env), "mx", nan=False)
         s = gen.accumulate(core, index, "sum", lambda env: weight(env, m), "den")
-        return m, gen.let(f"1.0f / {s}", "inv")
+        return m, gen.let(f"{gen.lit(1.0)} / {s}", "inv")
 
     m, inv = gen.shared(("softmax", *_row_key(node, index, core)), _outer(index, core), stats)
     if out is not None:
@@ -228,6 +231,8 @@ def _scratch(gen: KernelGen, node: Node) -> Any:
     v = node.outputs[0]
     if v not in gen.kernel.outputs or any(c in gen.members for c in gen.graph.consumers[v]):
         return None
+    if gen.graph.values[v].dtype != gen.cdtype:
+        return None  # an output narrower than the arithmetic would round the kept work
     return gen.value_buffer(v, output=True)
 
 
@@ -255,7 +260,7 @@ def _moments(
     centred: bool,
 ) -> tuple[str, str]:
     n = math.prod(gen.size(a) for a in core)
-    mu = "0.0f"
+    mu = gen.lit(0.0)
     if centred:
         s = gen.accumulate(core, index, "sum", lambda env: _ins(gen, node, env), "sum")
         mu = gen.let(f"{s} * {gen.lit(1.0 / n)}", "mu")
@@ -306,7 +311,7 @@ def _embedding(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     # (IndexRangeError); inside the kernel no id, whatever its value, reads outside the table
     last = gen.size(op.vocab) - 1
     raw = gen.let(
-        _ins(gen, node, index), "id", CTYPES.get(gen.graph.values[node.inputs[0]].dtype, "long")
+        _ins(gen, node, index), "id", gen.dialect.ctype(gen.graph.values[node.inputs[0]].dtype)
     )
     ids = gen.let(
         f"({gen.itype})({raw} < 0 ? 0 : {raw} > {last} ? {last} : {raw})", "tok", gen.itype

@@ -32,20 +32,21 @@ class StreamAccumulator:
     old acc or None, weight of this term), ``scale`` the final factor applied to acc.
     ``block(sc, n)`` does a chunk at once: it turns the scores ``sc[0..n)`` into weights in
     place and returns the rescale of the old acc (or None); with ``vec`` the chunk is ``n``
-    vectors of the dialect's width; ``pad`` fills scores past the end (``{inf}`` stands for
-    the dialect's infinity).
+    vectors of the dialect's width; ``pad`` fills scores past the end (a number, written as a
+    literal of the kernel's format).
     """
 
     init: Callable[[KernelGen, Node], dict[str, str]]
     step: Callable[[KernelGen, Node, dict[str, str], str], tuple[str | None, str]]
     scale: Callable[[KernelGen, Node, dict[str, str]], str]
     block: Callable[[KernelGen, Node, dict[str, str], str, int, bool], str | None] | None = None
-    pad: str = "0.0f"
+    pad: float = 0.0
 
 
 def _softmax_init(gen: KernelGen, node: Node) -> dict[str, str]:
     # a finite start keeps exp(m - m_new) defined when the first scores are masked to -inf
-    return {"m": gen.var("-3.402823466e38f", "m"), "l": gen.var("0.0f", "l")}
+    lowest = gen.dialect.lowest[gen.cdtype]
+    return {"m": gen.var(lowest, "m"), "l": gen.var(gen.lit(0.0), "l")}
 
 
 def _softmax_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tuple[str | None, str]:
@@ -64,12 +65,12 @@ def _softmax_block(
     # one max and one rescale per chunk; the chunk's exponentials form one loop (on vectors,
     # exp(floatN) is a single vectorised call)
     w, fmax, exp = gen.w, gen.fn("fmax_any"), gen.fn("exp")
-    t = gen.vtype if vec else "float"
+    t = gen.vtype if vec else gen.ctype
     mv = gen.var(f"{sc}[0]", "mv", t)
     w.line(f"for (int u = 1; u < {n}; ++u) {mv} = {fmax}({mv}, {sc}[u]);")
     mb = gen.let(f"{fmax}({st['m']}, {gen.across_lanes(mv, 'max', False) if vec else mv})", "mb")
     c = gen.let(f"{exp}({st['m']} - {mb})", "c")
-    ps = gen.var(f"({t})(0.0f)" if vec else "0.0f", "ps", t)
+    ps = gen.var(f"({t})({gen.lit(0.0)})" if vec else gen.lit(0.0), "ps", t)
     w.line(f"for (int u = 0; u < {n}; ++u) {{ {sc}[u] = {exp}({sc}[u] - {mb}); {ps} += {sc}[u]; }}")
     w.line(f"{st['l']} = {st['l']} * {c} + {gen.across_lanes(ps, 'sum') if vec else ps};")
     w.line(f"{st['m']} = {mb};")
@@ -79,15 +80,15 @@ def _softmax_block(
 def _l2_block(
     gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int, vec: bool = False
 ) -> None:
-    t = gen.vtype if vec else "float"
-    qv = gen.var(f"({t})(0.0f)" if vec else "0.0f", "qv", t)
+    t = gen.vtype if vec else gen.ctype
+    qv = gen.var(f"({t})({gen.lit(0.0)})" if vec else gen.lit(0.0), "qv", t)
     gen.w.line(f"for (int u = 0; u < {n}; ++u) {qv} += {sc}[u] * {sc}[u];")
     gen.w.line(f"{st['ss']} += {gen.across_lanes(qv, 'sum') if vec else qv};")
     return None
 
 
 def _l2_init(gen: KernelGen, node: Node) -> dict[str, str]:
-    return {"ss": gen.var("0.0f", "ss")}
+    return {"ss": gen.var(gen.lit(0.0), "ss")}
 
 
 def _l2_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tuple[str | None, str]:
@@ -101,16 +102,16 @@ STREAM_ACCUMULATORS: dict[type, StreamAccumulator] = {
     L.Softmax: StreamAccumulator(
         _softmax_init,
         _softmax_step,
-        lambda g, n, st: f"(1.0f / {st['l']})",
+        lambda g, n, st: f"({g.lit(1.0)} / {st['l']})",
         _softmax_block,
-        "-{inf}",
+        -math.inf,
     ),
     L.L2Norm: StreamAccumulator(
         _l2_init,
         _l2_step,
         lambda g, n, st: f"{g.fn('rsqrt')}({st['ss']} + {g.lit(n.op.eps)})",  # type: ignore[attr-defined]
         _l2_block,
-        "0.0f",
+        0.0,
     ),
 }
 
@@ -156,7 +157,7 @@ class _Acc:
         return expr or "0"
 
     def declare(self, gen: KernelGen, init: str) -> None:
-        ctype, n = "float", self.n
+        ctype, n = gen.ctype, self.n
         if self.vec is not None:
             ctype, n, init = gen.vtype, n // gen.dialect.vector_width, f"({gen.vtype})({init})"
         gen.w.line(f"{ctype} {self.name}[{n}];")
@@ -231,8 +232,8 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
                 return None  # homogeneous maps between normaliser and contraction: pointwise
             acc.norm = parts[0]
             acc.state = STREAM_ACCUMULATORS[type(acc.norm.op)].init(gen, acc.norm)
-        init = {"max": f"-{gen.dialect.inf}", "min": gen.dialect.inf}.get(
-            getattr(node.op, "fn", ""), "0.0f"
+        init = {"max": gen.lit(-math.inf), "min": gen.lit(math.inf)}.get(
+            getattr(node.op, "fn", ""), gen.lit(0.0)
         )
         acc.declare(gen, init)
         accs.append(acc)
@@ -300,7 +301,7 @@ def _vector_axis(gen: KernelGen, node: Node, other: int, env: dict[Axis, str]) -
 
     width = gen.dialect.vector_width
     free = [a for a in gen.graph.values[node.outputs[0]].axes if a not in env]
-    if not width or len(free) != 1 or gen.size(free[0]) % width:
+    if not width or len(free) != 1 or gen.size(free[0]) % width or gen.cdtype != "float32":
         return None
     (v,) = free
     g, k = gen.graph, gen.kernel
@@ -309,6 +310,9 @@ def _vector_axis(gen: KernelGen, node: Node, other: int, env: dict[Axis, str]) -
     for val in (*k.inputs, *k.outputs):
         order = gen.layouts.get(val, g.values[val].axes)
         if v in order and (order[-1] != v or g.values[val].dtype != "float32"):
+            return None  # vector loads and stores are float32's (``KernelGen.vector_at``)
+    for i in k.nodes:
+        if any(p.dtype != "float32" for p in g.nodes[i].op.params()):
             return None
     for i in k.nodes:
         n = g.nodes[i]
@@ -352,7 +356,7 @@ def _rows_template(
             return None
         acc.norm = norm
         acc.state = rule.init(gen, norm)
-        acc.declare(gen, "0.0f")
+        acc.declare(gen, gen.lit(0.0))
         accs.append(acc)
     limit = str(gen.size(x))
     bound = _causal_bound(gen, norm, x, envs[-1])  # the last row sees the most keys
@@ -367,18 +371,15 @@ def _rows_template(
             sc = gen.unique("sc")
             if vectors:
                 w.line(f"{gen.vtype} {sc}v[{n // width}];")
-                w.line(f"float* {sc} = (float*){sc}v;")
+                w.line(f"{gen.ctype}* {sc} = ({gen.ctype}*){sc}v;")
             else:
-                w.line(f"float {sc}[{n}];")
+                w.line(f"{gen.ctype} {sc}[{n}];")
             scs.append(sc)
         ix = gen.unique(f"i_{x.name}", "i")
         with w.block(f"for ({gen.itype} {ix} = {x0}; {ix} < {x0} + {n}; ++{ix})", ix):
             for e, sc in zip(envs, scs, strict=True):
                 s = gen.load(norm.inputs[0], {**e, **_alias_x(gen, x, f"min({ix}, {last})")})
-                w.line(
-                    f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : "
-                    f"{rule.pad.format(inf=gen.dialect.inf)};"
-                )
+                w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {gen.lit(rule.pad)};")
         for acc, sc in zip(accs, scs, strict=True):
             assert rule.block is not None
             rescale = (

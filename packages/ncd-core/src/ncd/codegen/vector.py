@@ -45,7 +45,7 @@ def _reduced(gen: KernelGen) -> set[Axis]:
 def vector_template(gen: KernelGen) -> KernelSource | None:
     width = gen.dialect.vector_width
     k = gen.kernel
-    if not width or k.streamed:
+    if not width or k.streamed or gen.cdtype != "float32":
         return None
     axes = _reduced(gen)
     if not axes:  # elementwise: vectorise along the last output's unit-stride axis
@@ -68,10 +68,10 @@ def vector_template(gen: KernelGen) -> KernelSource | None:
         if a in order and order[-1] != a:
             return None
         if g.values[v].dtype != "float32":
-            return None
+            return None  # vector loads and stores are float32's (``KernelGen.vector_at``)
     for i in k.nodes:
         for p in g.nodes[i].op.params():
-            if a in p.axes and p.axes[-1] != a:
+            if (a in p.axes and p.axes[-1] != a) or p.dtype != "float32":
                 return None
     gen.vec = a  # a work-item walks the rows of ``a`` (``serial_axes``)
     if a in gen.grid():
