@@ -3,10 +3,12 @@
 Sizes are read from the inputs on each call (as the reference does); each distinct set of
 sizes is generated and built once, and an executable keeps its ``max_builds`` most recently
 used builds (default 8). Calls are thread-safe: one executable runs one call at a time (a lock
-per executable; different executables run in parallel). Only float32 (and int64 index) arrays
-are taken; anything else is refused before device work (``DTypeError``). Parameters are read
-in place on host-memory devices, so changing them in place between calls is seen; elsewhere
-they are uploaded again whenever their contents differ from the last upload.
+per executable; different executables run in parallel). Arrays are taken and returned in each
+wire's format: float32, float16 (``numpy.float16``), bfloat16 (``ml_dtypes.bfloat16``), float64
+where the device has fp64, and int64 ids; anything else is refused before device work
+(``DTypeError``). Parameters are read in place on host-memory devices, so changing them in place
+between calls is seen; elsewhere they are uploaded again whenever their contents differ from the
+last upload.
 """
 
 from __future__ import annotations
@@ -18,12 +20,61 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ncd.dtypes import dtype as to_dtype
+from ncd.errors import DTypeError
 from ncd.graph import Graph
 from ncd.plugins.interfaces import Backend, Executable, Exporter
 
-__all__ = ["Compiled", "OpenCLBackend", "OpenCLExecutable", "check_fits", "check_out"]
+__all__ = [
+    "FORMATS",
+    "Compiled",
+    "OpenCLBackend",
+    "OpenCLExecutable",
+    "check_fits",
+    "check_formats",
+    "check_out",
+    "device_has_fp64",
+]
 
-_NP = {"float": np.float32, "double": np.float64, "long": np.int64, "int": np.int32}
+#: The float formats the generated kernels store (float64 only on a device with fp64).
+FORMATS = ("float32", "float16", "bfloat16", "float64")
+
+
+def device_has_fp64(device: Any) -> bool:
+    """The device runs double precision (``CL_DEVICE_DOUBLE_FP_CONFIG`` non-zero)."""
+    try:
+        return int(device.double_fp_config) != 0
+    except Exception:  # a driver without the query has no fp64
+        return False
+
+
+def check_formats(graph: Graph, device: Any = None) -> None:
+    """Every float wire and parameter in a format the kernels store, and float64 only on a
+    device with fp64: ``DTypeError`` naming the value or parameter, its op, the format and the
+    device, before anything is generated or built (``device=None``: formats only)."""
+    where: list[tuple[str, str]] = []  # (what, format), in graph order
+    for k, v in enumerate(graph.inputs):
+        where.append((f"input {k} {graph.values[v]}", str(graph.values[v].dtype)))
+    for n in graph.nodes:
+        for v in n.outputs:
+            where.append((f"value {graph.values[v]} of {n.op.label}", str(graph.values[v].dtype)))
+        for p in n.op.params():
+            where.append((f"parameter {n.param_name(p.name)} of {n.op.label}", str(p.dtype)))
+    for what, fmt in where:
+        if to_dtype(fmt).kind != "float":
+            continue
+        if fmt not in FORMATS:
+            raise DTypeError(
+                f"{what} is {fmt}; the opencl backend stores {', '.join(FORMATS)}. Fix: cast "
+                "the model (or this part, with ops.cast) to bfloat16 or float16 for 16-bit "
+                "storage, or to float32."
+            )
+        if fmt == "float64" and device is not None and not device_has_fp64(device):
+            raise DTypeError(
+                f"{what} is float64, but OpenCL device {device.name.strip()!r} has no double "
+                "precision (CL_DEVICE_DOUBLE_FP_CONFIG is 0). Fix: cast the model to float32 "
+                "(model.cast(ncd.float32)), or run it on a device with cl_khr_fp64."
+            )
 
 
 def _mb(n: int) -> str:
@@ -32,7 +83,7 @@ def _mb(n: int) -> str:
 
 def _nbytes(graph: Graph, b: Any) -> int:
     """Bytes of kernel buffer ``b`` (dense, over bound sizes)."""
-    return math.prod(int(graph.size(a) or 1) for a in b.axes) * np.dtype(_NP[b.ctype]).itemsize
+    return math.prod(int(graph.size(a) or 1) for a in b.axes) * to_dtype(b.dtype).itemsize
 
 
 def check_fits(graph: Graph, gen: Any, device: Any) -> None:
@@ -111,7 +162,9 @@ class Compiled:
         from ncd_opencl.program import build, default_options, get_context
 
         self.graph = graph
+        check_formats(graph)
         self.ctx, self.queue, self.device = get_context(device)
+        check_formats(graph, self.device)
         if local_memory is None:  # on-chip local memory (GPUs) pays for staging; CPUs' does not
             local_memory = self.device.local_mem_type == cl.device_local_mem_type.LOCAL
         self.gen = generate(graph, fuse=fuse, tiled=tiled, local=local_memory, plan=plan)
@@ -131,27 +184,31 @@ class Compiled:
         self.launches = [(functions[k.name], k) for k in self.gen.kernels]
         self.zero_copy = bool(self.device.host_unified_memory)
 
-    def _param(self, name: str, arr: np.ndarray) -> Any:
-        """The buffer of a parameter. On host-memory devices a float32 C-contiguous array is
-        read in place (``USE_HOST_PTR``), so in-place changes are always seen; any other array
-        is converted on every call and uploaded again when its bits differ from the last
-        upload (a compare at memory speed instead of trusting the array's identity)."""
+    def _param(self, name: str, arr: np.ndarray, fmt: str = "float32") -> Any:
+        """The buffer of a parameter of format ``fmt``. On host-memory devices a C-contiguous
+        array in that format is read in place (``USE_HOST_PTR``), so in-place changes are
+        always seen; any other array is converted on every call and uploaded again when its
+        bits differ from the last upload (a compare at memory speed instead of trusting the
+        array's identity)."""
         import pyopencl as cl
 
         hit = self.params.get(name)
         if hit is not None and hit[0] is arr and hit[2] is None:
             return hit[1]
         mf = cl.mem_flags
-        if self.zero_copy and arr.dtype == np.float32 and arr.flags.c_contiguous and arr.nbytes:
+        want = to_dtype(fmt).numpy
+        if self.zero_copy and arr.dtype == want and arr.flags.c_contiguous and arr.nbytes:
             buf = cl.Buffer(self.ctx, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=arr)
             self.params[name] = (arr, buf, None)  # keeps arr alive while the buffer reads it
             return buf
-        data = np.ascontiguousarray(arr, dtype=np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            data = np.ascontiguousarray(arr, dtype=want)
+        bits = f"u{want.itemsize}"  # compared as bits: NaN equals itself, -0 differs from 0
         last = hit[2] if hit is not None else None
         if (
             last is not None
             and last.shape == data.shape
-            and np.array_equal(last.view(np.uint32), data.view(np.uint32))
+            and np.array_equal(last.view(bits), data.view(bits))
         ):
             self.params[name] = (arr, hit[1], last)  # type: ignore[index]
             return hit[1]  # type: ignore[index]
@@ -193,7 +250,7 @@ class Compiled:
                 args.append(values[b.value])
             else:
                 if b.param not in bufs:
-                    bufs[b.param] = self._param(b.param, params[b.param])
+                    bufs[b.param] = self._param(b.param, params[b.param], b.dtype)
                 args.append(bufs[b.param])
         kern(self.queue, src.global_size, src.local_size, *args)
 
@@ -258,7 +315,13 @@ class Compiled:
 
 
 def _dtype(g: Graph, v: int) -> Any:
-    return np.int64 if g.values[v].dtype == "int64" else np.float32
+    """The NumPy dtype of value ``v``'s arrays (its wire's format; ml_dtypes for bfloat16)."""
+    return to_dtype(g.values[v].dtype).numpy
+
+
+def _spelled(dt: np.dtype[Any]) -> str:
+    """How a user names ``dt``: ``ml_dtypes.bfloat16``, ``numpy.float32``."""
+    return f"ml_dtypes.{dt.name}" if dt.name == "bfloat16" else f"numpy.{dt.name}"
 
 
 def check_out(g: Graph, out: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -280,12 +343,12 @@ def check_out(g: Graph, out: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
             got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
             raise SizeError(
                 f"out[{k}] is {got}; output {k} is {want} {dt} over ({axes}). "
-                f"Fix: pass numpy.empty({want}, numpy.{dt})."
+                f"Fix: pass numpy.empty({want}, {_spelled(dt)})."
             )
         if not arr.flags.c_contiguous or not arr.flags.writeable:
             raise SizeError(
                 f"out[{k}] must be C-contiguous and writeable (output {k} over "
-                f"({axes})). Fix: pass numpy.empty({want}, numpy.{dt})."
+                f"({axes})). Fix: pass numpy.empty({want}, {_spelled(dt)})."
             )
         if any(np.shares_memory(arr, x) for x in inputs):
             raise SizeError(
@@ -359,7 +422,8 @@ class OpenCLExecutable(Executable):
 
 class OpenCLBackend(Backend):
     name = "opencl"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"float32", "fused", "plan"})
+    # float64 runs where the device reports fp64 (refused with DTypeError elsewhere)
+    capabilities: ClassVar[frozenset[str]] = frozenset({*FORMATS, "fused", "plan"})
     description = "fused OpenCL C kernels built with pyopencl (PoCL's CPU device by default)"
 
     def compile(self, model: Any, **options: Any) -> Executable:
