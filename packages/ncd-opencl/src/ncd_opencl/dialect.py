@@ -42,18 +42,26 @@ PREAMBLE = (
 # even (add 0x7fff plus the lowest kept bit, so a tie goes to the even neighbour; a carry into
 # the exponent is the correct rounding up, to infinity past the largest finite value) and
 # keeps a NaN a quiet NaN (a payload in the low bits only would otherwise round to infinity).
-# float16 needs no text: OpenCL 1.2's vload_half / vstore_half_rte convert without cl_khr_fp16.
+# float16: OpenCL 1.2's vload_half / vstore_half_rte convert without cl_khr_fp16; rounding a
+# value that is not stored goes through two bytes of private memory the same way.
 # float64: cl_khr_fp64 (checked on the device before building), the double overloads of the
-# erf/tanh helpers (the builtins: PoCL's double erf is exact enough and tanh saturates at 19.1).
+# erf/tanh helpers (the builtins: PoCL's double erf is exact enough and tanh saturates at 19.1),
+# scalar only: no float64 kernel calls a function on a double8 (such an argument changes the
+# AVX ABI without avx512f, and PoCL warns).
 DTYPE_PREAMBLE = {
     "float64": (
         "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
         "typedef double ncd_double8u __attribute__((ext_vector_type(8), aligned(8)));\n"
         "__attribute__((overloadable)) inline double ncd_erf(double x) { return erf(x); }\n"
-        "__attribute__((overloadable)) inline double8 ncd_erf(double8 x) { return erf(x); }\n"
         "#define NCD_TANH64(T) { return fabs(x) > 19.1 ? copysign((T)(1.0), x) : tanh(x); }\n"
         "__attribute__((overloadable)) inline double ncd_tanh(double x) NCD_TANH64(double)\n"
-        "__attribute__((overloadable)) inline double8 ncd_tanh(double8 x) NCD_TANH64(double8)\n"
+    ),
+    "float16": (
+        "inline float ncd_f16_round(float x) {\n"
+        "    ushort h;\n"
+        "    vstore_half_rte(x, 0, (__private half*)&h);\n"
+        "    return vload_half(0, (__private const half*)&h);\n"
+        "}\n"
     ),
     "bfloat16": (
         "typedef ushort ncd_ushort8u __attribute__((ext_vector_type(8), aligned(2)));\n"
@@ -64,6 +72,7 @@ DTYPE_PREAMBLE = {
         "    if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);\n"
         "    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
         "}\n"
+        "inline float ncd_bf16_round(float x) { return ncd_bf16_load(ncd_bf16_store(x)); }\n"
     ),
 }
 
@@ -104,6 +113,11 @@ OPENCL = Dialect(
         "float32": "*({space} const {u}*)({ptr})",
         "float16": "vload_half{n}(0, {ptr})",
         "bfloat16": "ncd_bf16_load8(*({space} const {u}*)({ptr}))",
+    },
+    rounds={
+        "float32": "((float)({value}))",
+        "float16": "ncd_f16_round({value})",
+        "bfloat16": "ncd_bf16_round({value})",
     },
     unaligned={"float64": "ncd_double8u", "float32": "ncd_float8u", "bfloat16": "ncd_ushort8u"},
     dtype_preamble=DTYPE_PREAMBLE,

@@ -140,7 +140,13 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                 xk, wk = d.load(xb.dtype, f"a{i}", "k"), d.load(wb.dtype, f"b{j}", "k")
                 w.line(f"for ({it} k = {kv}; k < {kdim}; ++k) {s} += {xk} * {wk};")
             sums[i, j] = s
-    if gen.dialect.vector_width == VW and _lane_epilogue(nodes, lin, renames):
+    # one vector for the epilogue: float32 arithmetic (no double8 calls) on float32 values (the
+    # scalar rounding of a narrower value, ``KernelGen.load``, has no vector form)
+    vector_ok = gen.dialect.vector_width == VW and gen.cdtype == "float32"
+    vector_ok = vector_ok and all(
+        g.values[v].dtype == "float32" for n in nodes for v in n.outputs if v != lin.outputs[0]
+    )
+    if vector_ok and _lane_epilogue(nodes, lin, renames):
         _vector_epilogue(gen, lin, sums, rows, cols, renames, msz, nsz)
     else:
         for i, (_, menv) in enumerate(rows):

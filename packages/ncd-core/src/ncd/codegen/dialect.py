@@ -117,6 +117,9 @@ class Dialect:
     #: ``{value}``), converting between the storage and the arithmetic type.
     loads: Mapping[str, str] = attrs.field(factory=lambda: dict(_LOADS), converter=_frozen_map)
     stores: Mapping[str, str] = attrs.field(factory=lambda: dict(_STORES), converter=_frozen_map)
+    #: dtype -> ``{value}`` (arithmetic type) rounded to that format and back: what a value of
+    #: that format holds when a kernel computes it without storing it.
+    rounds: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
     #: storage dtype -> load of ``{n}`` consecutive elements at pointer ``{ptr}`` into an
     #: arithmetic vector (``{space}``: the pointer's address-space qualifier, ``{u}``: the
     #: element-aligned vector type of ``unaligned``); a dtype missing here has no vector loads.
@@ -183,6 +186,11 @@ class Dialect:
         if str(dtype) not in self.compute:
             return f"{buf}[{addr}] = {value};"
         return self._table(self.stores, dtype, "store").format(buf=buf, addr=addr, value=value)
+
+    def round(self, dtype: str, value: str) -> str:
+        """``value`` rounded to ``dtype`` (unchanged when the dialect has no rounding for it)."""
+        form = self.rounds.get(str(dtype))
+        return value if form is None else form.format(value=value)
 
     def vector_load(self, dtype: str, ptr: str, space: str) -> str | None:
         """``vector_width`` elements at ``ptr`` as an arithmetic vector; ``None``: no vector

@@ -97,6 +97,7 @@ class KernelGen:
         #: arithmetic format and its C type (float16/bfloat16 storage computes in float32)
         self.cdtype = arith_dtype(kernel, dialect)
         self.ctype = dialect.ctype(self.cdtype)
+        self.rounded: set[str] = set()  # formats whose rounding the kernel's text calls
 
     @property
     def itype(self) -> str:
@@ -322,6 +323,11 @@ class KernelGen:
         # a value depends only on its index: compute it in the outermost loop that fixes it
         with self.w.at_depth(self.w.depth_for(list(env.values()))):
             expr = rule(self, node, env)
+            if dt in self.dialect.compute and dt != self.cdtype:
+                # a value of a narrower format than the arithmetic holds what its format holds
+                # (as the reference rounds each wire), also when it is never stored
+                expr = self.dialect.round(dt, expr)
+                self.rounded.add(str(dt))
             name = self.let(expr, kind_hint(node.op.kind), ctype)  # not value id: layers match
             self.w.remember(key, name)
         return name
@@ -458,7 +464,7 @@ class KernelGen:
             f"// {comment(str(self.kernel))}\n{attr}{self.dialect.kernel} {name}(\n    {args})\n{{"
         )
         text = f"{head}\n{self.w.render()}\n}}\n"
-        dtypes = tuple(sorted({str(b.dtype) for b in bufs} | {self.cdtype}))
+        dtypes = tuple(sorted({str(b.dtype) for b in bufs} | {self.cdtype} | self.rounded))
         return KernelSource(name, text, tuple(bufs), gsize, lsize, self.kernel, style, dtypes)
 
 

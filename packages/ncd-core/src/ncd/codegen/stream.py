@@ -348,7 +348,8 @@ def _rows_template(
             envs.append({a: i if a == row or gen.root(a) == row else e for a, e in env.items()})
     width = gen.dialect.vector_width
     vec = _vector_axis(gen, node, other, env)
-    vectors = bool(width) and n % width == 0
+    # vector score chunks in float32 only: exp of a double8 is a call whose AVX ABI PoCL warns on
+    vectors = bool(width) and n % width == 0 and gen.cdtype == "float32"
     accs = []
     for e in envs:
         acc = _Acc(gen, node, e, vec)
