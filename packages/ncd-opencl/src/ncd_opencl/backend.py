@@ -53,11 +53,13 @@ def check_formats(graph: Graph, device: Any = None) -> None:
     device with fp64: ``DTypeError`` naming the value or parameter, its op, the format and the
     device, before anything is generated or built (``device=None``: formats only)."""
     where: list[tuple[str, str]] = []  # (what, format), in graph order
-    for k, v in enumerate(graph.inputs):
-        where.append((f"input {k} {graph.values[v]}", str(graph.values[v].dtype)))
     for n in graph.nodes:
+        for v in n.inputs:
+            t = graph.values[v]
+            where.append((f"value {t} read by {n.op.label}", str(t.dtype)))
         for v in n.outputs:
-            where.append((f"value {graph.values[v]} of {n.op.label}", str(graph.values[v].dtype)))
+            t = graph.values[v]
+            where.append((f"value {t} written by {n.op.label}", str(t.dtype)))
         for p in n.op.params():
             where.append((f"parameter {n.param_name(p.name)} of {n.op.label}", str(p.dtype)))
     for what, fmt in where:
