@@ -96,6 +96,24 @@ def test_normalisers_and_elementwise(make: Any, n: int, fmt: Any) -> None:
     assert check(make(n).cast(fmt), fmt, ELEMENTWISE) == {"pointwise"}
 
 
+@pytest.mark.parametrize("n", [16, 304])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: ops.softmax("x").over("r").bind(r=7, x=n),
+        lambda n: ops.layernorm("d").over("r").bind(r=7, d=n),
+        lambda n: ops.rmsnorm("d").over("r").bind(r=7, d=n),
+        lambda n: (ops.unary("gelu") >> ops.unary("exp")).over("r").bind(r=n),
+    ],
+    ids=["softmax", "layernorm", "rmsnorm", "elementwise"],
+)
+@pytest.mark.parametrize("fmt", [ncd.bfloat16, ncd.float16], ids=["bfloat16", "float16"])
+def test_vector_rows_in_16_bit_formats(make: Any, n: int, fmt: Any) -> None:
+    """Rows a multiple of the vector width: 8-lane loads and stores converting bfloat16 (shift
+    and rounding on ushort8) and float16 (vload_half8 / vstore_half8_rte)."""
+    assert check(make(n).cast(fmt), fmt, ELEMENTWISE) == {"vector"}
+
+
 @pytest.mark.parametrize("n", SIZES)
 def test_linear_tiled(n: int, fmt: Any) -> None:
     """K = 16 (a multiple of the template's vector width): the tiled template, any M."""

@@ -62,6 +62,11 @@ DTYPE_PREAMBLE = {
         "    vstore_half_rte(x, 0, (__private half*)&h);\n"
         "    return vload_half(0, (__private const half*)&h);\n"
         "}\n"
+        "inline float8 ncd_f16_round8(float8 x) {\n"
+        "    ushort8 h;\n"
+        "    vstore_half8_rte(x, 0, (__private half*)&h);\n"
+        "    return vload_half8(0, (__private const half*)&h);\n"
+        "}\n"
     ),
     "bfloat16": (
         "typedef ushort ncd_ushort8u __attribute__((ext_vector_type(8), aligned(2)));\n"
@@ -73,6 +78,13 @@ DTYPE_PREAMBLE = {
         "    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
         "}\n"
         "inline float ncd_bf16_round(float x) { return ncd_bf16_load(ncd_bf16_store(x)); }\n"
+        "inline ushort8 ncd_bf16_store8(float8 x) {\n"
+        "    uint8 u = as_uint8(x);\n"
+        "    uint8 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
+        "    uint8 q = (u >> 16) | 0x40u;\n"
+        "    return convert_ushort8(select(r, q, (u & 0x7fffffffu) > 0x7f800000u));\n"
+        "}\n"
+        "inline float8 ncd_bf16_round8(float8 x) { return ncd_bf16_load8(ncd_bf16_store8(x)); }\n"
     ),
 }
 
@@ -118,6 +130,15 @@ OPENCL = Dialect(
         "float32": "((float)({value}))",
         "float16": "ncd_f16_round({value})",
         "bfloat16": "ncd_bf16_round({value})",
+    },
+    vector_stores={
+        "float32": "*({space} {u}*)({ptr}) = {value};",
+        "float16": "vstore_half{n}_rte({value}, 0, {ptr});",
+        "bfloat16": "*({space} {u}*)({ptr}) = ncd_bf16_store8({value});",
+    },
+    vector_rounds={
+        "float16": "ncd_f16_round8({value})",
+        "bfloat16": "ncd_bf16_round8({value})",
     },
     unaligned={"float64": "ncd_double8u", "float32": "ncd_float8u", "bfloat16": "ncd_ushort8u"},
     dtype_preamble=DTYPE_PREAMBLE,

@@ -124,6 +124,10 @@ class Dialect:
     #: arithmetic vector (``{space}``: the pointer's address-space qualifier, ``{u}``: the
     #: element-aligned vector type of ``unaligned``); a dtype missing here has no vector loads.
     vector_loads: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
+    #: storage dtype -> the statement storing the arithmetic vector ``{value}`` at ``{ptr}``
+    #: (same fields as ``vector_loads``); ``vector_rounds``: ``rounds`` for vectors.
+    vector_stores: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
+    vector_rounds: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
     #: storage dtype -> element-aligned vector typedef name at ``vector_width`` lanes.
     unaligned: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
     #: storage or arithmetic dtype -> text the program needs once when a kernel uses it
@@ -187,10 +191,29 @@ class Dialect:
             return f"{buf}[{addr}] = {value};"
         return self._table(self.stores, dtype, "store").format(buf=buf, addr=addr, value=value)
 
-    def round(self, dtype: str, value: str) -> str:
-        """``value`` rounded to ``dtype`` (unchanged when the dialect has no rounding for it)."""
-        form = self.rounds.get(str(dtype))
+    def round(self, dtype: str, value: str, vector: bool = False) -> str:
+        """``value`` (a vector with ``vector``) rounded to ``dtype`` (unchanged when the dialect
+        has no rounding for it)."""
+        form = (self.vector_rounds if vector else self.rounds).get(str(dtype))
         return value if form is None else form.format(value=value)
+
+    def vector_store(self, dtype: str, ptr: str, space: str, value: str) -> str | None:
+        """The statement storing vector ``value`` at ``ptr``; ``None``: no vector stores."""
+        form = self.vector_stores.get(str(dtype))
+        if form is None:
+            return None
+        u = self.unaligned.get(str(dtype), self.vector(self.ctype(dtype), self.vector_width))
+        return form.format(ptr=ptr, space=space, u=u, n=self.vector_width, value=value)
+
+    def vectorises(self, dtype: str) -> bool:
+        """Vector loads, stores and (if it needs one) rounding exist for ``dtype``."""
+        d = str(dtype)
+        needs_round = self.compute.get(d, d) != d  # a reduced format (computed wider)
+        return (
+            d in self.vector_loads
+            and d in self.vector_stores
+            and (not needs_round or d in self.vector_rounds)
+        )
 
     def vector_load(self, dtype: str, ptr: str, space: str) -> str | None:
         """``vector_width`` elements at ``ptr`` as an arithmetic vector; ``None``: no vector

@@ -199,7 +199,13 @@ class KernelGen:
         """Write ``value`` (arithmetic type) to ``b`` at ``index``, converted to ``b``'s format
         (a vector store inside a vector loop along ``b``, float32 only: see ``vector``)."""
         addr = b.address(index)
-        if self.in_vector(addr):
+        if self.in_vector(addr) and b.dtype != "float32":
+            put = self.dialect.vector_store(
+                b.dtype, f"{b.name} + {addr}", self.dialect.global_, value
+            )
+            assert put is not None  # the vector template checked ``Dialect.vectorises``
+            self.w.line(put)
+        elif self.in_vector(addr):
             self.w.line(f"{self.vector_at(b, addr)} = {value};")
         else:
             self.w.line(self.dialect.store(b.dtype, b.name, addr, value))
@@ -209,6 +215,10 @@ class KernelGen:
 
     def read_addr(self, b: Buffer, addr: str) -> str:
         """``b`` at element offset ``addr`` (a vector inside a vector loop along ``b``)."""
+        if self.in_vector(addr) and b.dtype != "float32":  # a reduced format, converted
+            got = self.dialect.vector_load(b.dtype, f"{b.name} + {addr}", self.dialect.global_)
+            assert got is not None  # the vector template checked ``Dialect.vectorises``
+            return f"({got})"
         if self.in_vector(addr):  # unit stride along the vector axis (checked by the template)
             return f"({self.vector_at(b, addr)})"
         scalar = self.dialect.load(b.dtype, b.name, addr)
@@ -326,7 +336,7 @@ class KernelGen:
             if dt in self.dialect.compute and dt != self.cdtype:
                 # a value of a narrower format than the arithmetic holds what its format holds
                 # (as the reference rounds each wire), also when it is never stored
-                expr = self.dialect.round(dt, expr)
+                expr = self.dialect.round(dt, expr, self.in_vector())
                 self.rounded.add(str(dt))
             name = self.let(expr, kind_hint(node.op.kind), ctype)  # not value id: layers match
             self.w.remember(key, name)

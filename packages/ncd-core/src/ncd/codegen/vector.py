@@ -67,11 +67,11 @@ def vector_template(gen: KernelGen) -> KernelSource | None:
         order = gen.layouts.get(v, g.values[v].axes)
         if a in order and order[-1] != a:
             return None
-        if g.values[v].dtype != "float32":
-            return None  # vector loads and stores are float32's (``KernelGen.vector_at``)
+        if not gen.dialect.vectorises(g.values[v].dtype):
+            return None  # a format without vector loads and stores in this dialect
     for i in k.nodes:
         for p in g.nodes[i].op.params():
-            if (a in p.axes and p.axes[-1] != a) or p.dtype != "float32":
+            if (a in p.axes and p.axes[-1] != a) or not gen.dialect.vectorises(p.dtype):
                 return None
     gen.vec = a  # a work-item walks the rows of ``a`` (``serial_axes``)
     if a in gen.grid():
