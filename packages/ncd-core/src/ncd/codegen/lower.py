@@ -333,9 +333,11 @@ class KernelGen:
         # a value depends only on its index: compute it in the outermost loop that fixes it
         with self.w.at_depth(self.w.depth_for(list(env.values()))):
             expr = rule(self, node, env)
-            if dt in self.dialect.compute and dt != self.cdtype:
+            read_here = any(c in self.members for c in self.graph.consumers[v])
+            if dt in self.dialect.compute and dt != self.cdtype and read_here:
                 # a value of a narrower format than the arithmetic holds what its format holds
-                # (as the reference rounds each wire), also when it is never stored
+                # (as the reference rounds each wire), also when it is never stored (a value
+                # only stored is rounded by its store)
                 expr = self.dialect.round(dt, expr, self.in_vector())
                 self.rounded.add(str(dt))
             name = self.let(expr, kind_hint(node.op.kind), ctype)  # not value id: layers match
