@@ -224,16 +224,23 @@ TRICKY = [
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy on inf/NaN in the reference
-def test_bfloat16_rounding_is_nearest_even_bit_exact() -> None:
-    x = np.array(TRICKY, np.uint32).view(np.float32)
+@pytest.mark.parametrize("lanes", [False, True], ids=["scalar", "vector"])
+def test_bfloat16_rounding_is_nearest_even_bit_exact(lanes: bool) -> None:
+    bits = np.array(TRICKY * 2, np.uint32)[: 32 if lanes else 35]
+    x = bits.view(np.float32)
     model = ops.cast(ncd.bfloat16).over("r")
-    got = ncd.compile(model, "opencl")(x)
+    exe = ncd.compile(model, "opencl")
+    got = exe(x)
     assert got.dtype == ml_dtypes.bfloat16
+    graph = ncd.reference.prepare(model, [x], None)[0]
+    assert {k.style for k in exe.compiled(graph).gen.kernels} == {
+        "vector" if lanes else "pointwise"
+    }
     want = x.astype(ml_dtypes.bfloat16)
     nan = np.isnan(x)
     np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
     assert np.isnan(got.astype(np.float32)[nan]).all()  # NaN stays NaN, never infinity
-    canonical = np.isin(np.array(TRICKY, np.uint32), [0x7FC00000, 0xFFC00000])
+    canonical = np.isin(bits, [0x7FC00000, 0xFFC00000])
     np.testing.assert_array_equal(got.view(np.uint16)[canonical], want.view(np.uint16)[canonical])
 
 
@@ -320,3 +327,26 @@ def test_float64_refused_on_a_device_without_fp64(monkeypatch: Any) -> None:
     text = str(err.value)
     assert "float64" in text and "softmax" in text and "device" in text
     assert "Fix: cast the model to float32" in text
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy on inf/NaN, overflow to inf
+@pytest.mark.parametrize("lanes", [False, True], ids=["scalar", "vector"])
+def test_float16_rounding_is_nearest_even_bit_exact(lanes: bool) -> None:
+    """Every midpoint between neighbouring halves and the floats either side of it, through
+    the bit-level scalar store and the vstore_half8_rte vector store."""
+    halves = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+    halves = halves[np.isfinite(halves)]
+    halves = np.sort(halves)
+    mid = ((halves[:-1].astype(np.float64) + halves[1:]) / 2).astype(np.float32)
+    x = np.concatenate(
+        [mid, np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, -np.float32(np.inf))]
+    )
+    x = np.concatenate([x, np.array([65520, -65520, 1e9, np.inf, -np.inf, -0.0], np.float32)])
+    x = x[: len(x) // 8 * 8] if lanes else x[: len(x) // 8 * 8 - 1]
+    exe = ncd.compile(ops.cast(ncd.float16).over("r"), "opencl")
+    got = exe(x)
+    graph = ncd.reference.prepare(ops.cast(ncd.float16).over("r"), [x], None)[0]
+    assert {k.style for k in exe.compiled(graph).gen.kernels} == {
+        "vector" if lanes else "pointwise"
+    }
+    np.testing.assert_array_equal(got.view(np.uint16), x.astype(np.float16).view(np.uint16))

@@ -42,8 +42,12 @@ PREAMBLE = (
 # even (add 0x7fff plus the lowest kept bit, so a tie goes to the even neighbour; a carry into
 # the exponent is the correct rounding up, to infinity past the largest finite value) and
 # keeps a NaN a quiet NaN (a payload in the low bits only would otherwise round to infinity).
-# float16: OpenCL 1.2's vload_half / vstore_half_rte convert without cl_khr_fp16; rounding a
-# value that is not stored goes through two bytes of private memory the same way.
+# float16 needs no extension either: rows of 8 convert with OpenCL 1.2's vload_half8 /
+# vstore_half8_rte; single elements and values rounded without being stored convert on their
+# bits (PoCL's scalar vload_half/vstore_half and a round trip through private memory made the
+# streamed attention 20-25x slower): 11 significant bits to nearest even, past 65504 infinity,
+# below 2^-14 (subnormal halves) multiples of 2^-24 by rint, inf and NaN kept (NaN as 0x7e00);
+# a half is widened exactly by moving its bits and scaling by 2^112 (subnormals included).
 # float64: cl_khr_fp64 (checked on the device before building), the double overloads of the
 # erf/tanh helpers (the builtins: PoCL's double erf is exact enough and tanh saturates at 19.1),
 # scalar only: no float64 kernel calls a function on a double8 (such an argument changes the
@@ -58,14 +62,30 @@ DTYPE_PREAMBLE = {
     ),
     "float16": (
         "inline float ncd_f16_round(float x) {\n"
-        "    ushort h;\n"
-        "    vstore_half_rte(x, 0, (__private half*)&h);\n"
-        "    return vload_half(0, (__private const half*)&h);\n"
+        "    uint u = as_uint(x), a = u & 0x7fffffffu;\n"
+        "    uint r = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;\n"
+        "    r = (r & 0x7fffffffu) > 0x477fe000u ? (u & 0x80000000u) | 0x7f800000u : r;\n"
+        "    float y = a < 0x38800000u ? rint(x * 0x1p24f) * 0x1p-24f : as_float(r);\n"
+        "    return a >= 0x7f800000u ? x : y;\n"
+        "}\n"
+        "inline float ncd_f16_load(ushort h) {\n"
+        "    uint u = h, m = (u & 0x7fffu) << 13, s = (u & 0x8000u) << 16;\n"
+        "    uint r = as_uint(as_float(m) * 0x1p112f);\n"
+        "    r = (u & 0x7c00u) == 0x7c00u ? m | 0x7f800000u : r;\n"
+        "    return as_float(r | s);\n"
+        "}\n"
+        "inline ushort ncd_f16_store(float x) {\n"
+        "    uint u = as_uint(ncd_f16_round(x)), a = u & 0x7fffffffu, s = (u >> 16) & 0x8000u;\n"
+        "    uint h = a > 0x7f800000u ? 0x7e00u : a == 0x7f800000u ? 0x7c00u\n"
+        "        : a < 0x38800000u ? (uint)(as_float(a) * 0x1p24f) : (a >> 13) - 0x1c000u;\n"
+        "    return (ushort)(h | s);\n"
         "}\n"
         "inline float8 ncd_f16_round8(float8 x) {\n"
-        "    ushort8 h;\n"
-        "    vstore_half8_rte(x, 0, (__private half*)&h);\n"
-        "    return vload_half8(0, (__private const half*)&h);\n"
+        "    uint8 u = as_uint8(x), a = u & 0x7fffffffu;\n"
+        "    uint8 r = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;\n"
+        "    r = select(r, (u & 0x80000000u) | 0x7f800000u, (r & 0x7fffffffu) > 0x477fe000u);\n"
+        "    float8 y = select(as_float8(r), rint(x * 0x1p24f) * 0x1p-24f, a < 0x38800000u);\n"
+        "    return select(y, x, a >= 0x7f800000u);\n"
         "}\n"
     ),
     "bfloat16": (
@@ -111,13 +131,13 @@ OPENCL = Dialect(
     loads={
         "float64": "{buf}[{addr}]",
         "float32": "{buf}[{addr}]",
-        "float16": "vload_half({addr}, {buf})",
+        "float16": "ncd_f16_load(((__global const ushort*){buf})[{addr}])",
         "bfloat16": "ncd_bf16_load({buf}[{addr}])",
     },
     stores={
         "float64": "{buf}[{addr}] = {value};",
         "float32": "{buf}[{addr}] = {value};",
-        "float16": "vstore_half_rte({value}, {addr}, {buf});",
+        "float16": "((__global ushort*){buf})[{addr}] = ncd_f16_store({value});",
         "bfloat16": "{buf}[{addr}] = ncd_bf16_store({value});",
     },
     vector_loads={

@@ -45,7 +45,7 @@ class Buffer:
     name: str
     axes: tuple[Axis, ...]
     strides: tuple[int, ...]
-    ctype: str = "float"
+    ctype: str = "float"  # a default for hand-made buffers only; the generator asks the dialect
     value: int | None = None
     param: str | None = None
     output: bool = False

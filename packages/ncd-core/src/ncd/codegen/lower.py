@@ -197,7 +197,8 @@ class KernelGen:
 
     def store(self, b: Buffer, index: Mapping[Axis, str], value: str) -> None:
         """Write ``value`` (arithmetic type) to ``b`` at ``index``, converted to ``b``'s format
-        (a vector store inside a vector loop along ``b``, float32 only: see ``vector``)."""
+        (a vector store inside a vector loop along ``b``: float32 through ``vector_at``, the
+        pointer cast its kernels have always used, other formats through the dialect)."""
         addr = b.address(index)
         if self.in_vector(addr) and b.dtype != "float32":
             put = self.dialect.vector_store(

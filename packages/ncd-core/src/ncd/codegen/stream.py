@@ -309,10 +309,10 @@ def _vector_axis(gen: KernelGen, node: Node, other: int, env: dict[Axis, str]) -
         return None
     for val in (*k.inputs, *k.outputs):
         order = gen.layouts.get(val, g.values[val].axes)
-        if v in order and (order[-1] != v or g.values[val].dtype != "float32"):
-            return None  # vector loads and stores are float32's (``KernelGen.vector_at``)
+        if v in order and (order[-1] != v or not gen.dialect.vectorises(g.values[val].dtype)):
+            return None  # a format without vector loads and stores in this dialect
     for i in k.nodes:
-        if any(p.dtype != "float32" for p in g.nodes[i].op.params()):
+        if not all(gen.dialect.vectorises(p.dtype) for p in g.nodes[i].op.params()):
             return None
     for i in k.nodes:
         n = g.nodes[i]

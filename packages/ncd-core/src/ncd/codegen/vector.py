@@ -30,6 +30,7 @@ VECTOR_OPS: tuple[type, ...] = (
     L.LayerNorm,
     L.RMSNorm,
     L.Reduce,
+    L.Cast,  # the identity on the arithmetic type; rounding is the dialect's, per lane
 )
 
 
