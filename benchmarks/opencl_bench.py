@@ -15,6 +15,8 @@ workloads on the same PoCL device.
 
     python benchmarks/opencl_bench.py            # the issue's sizes (minutes on 2 cores)
     python benchmarks/opencl_bench.py --quick    # small sizes, seconds
+    python benchmarks/opencl_bench.py --dtype bfloat16   # every model cast (model.cast), inputs
+                                                         # and torch peers in that format too
 """
 
 from __future__ import annotations
@@ -126,8 +128,11 @@ def bench(
     reps: int,
     peers: bool,
     unfused: bool = False,
+    dtype: str = "float32",
 ) -> dict[str, Any]:
-    xs = make(model)
+    if dtype != "float32":  # the model, its inputs and parameters in one format
+        model = model.cast(ncd.dtype(dtype))
+    xs = [x.astype(ncd.dtype(dtype).numpy) for x in make(model)]
     params = ncd.init(model, seed=0)
     row: dict[str, Any] = {"workload": name}
     t0 = time.perf_counter()
@@ -140,7 +145,9 @@ def bench(
     graph = ncd.reference.prepare(model, xs, params)[0]
     row["kernels"] = len(exe.compiled(graph).gen.kernels)
     want = ncd.run(model, *xs, params=params)
-    row["max err"] = float(np.max(np.abs(np.asarray(got) - np.asarray(want))))
+    row["max err"] = float(
+        np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64)))
+    )
     row["numpy"] = _median(lambda: ncd.run(model, *xs, params=params), max(1, reps // 2))
     if unfused:  # the same model with one kernel per op (every intermediate in memory)
         plain = ncd.compile(model, "opencl", fuse=False)
@@ -150,11 +157,12 @@ def bench(
         import torch
 
         from ncd_torch import state_dict
+        from ncd_torch._dtypes import to_tensor
 
         torch.set_num_threads(os.cpu_count() or 1)
-        mod = ncd.export(model, "torch")
+        mod = ncd.export(model, "torch")  # a cast model exports in its format
         mod.load_state_dict(state_dict(params))
-        txs = [torch.from_numpy(x) for x in xs]
+        txs = [to_tensor(x) for x in xs]
         with torch.no_grad():
             row["torch eager"] = _median(lambda: mod(*txs), reps)
             cmod = torch.compile(mod)
@@ -205,6 +213,12 @@ def main() -> None:
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--unfused", action="store_true", help="also time one kernel per op")
     ap.add_argument("--warm", action="store_true", help="keep the on-disk program cache")
+    ap.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "float16", "float64"],
+        help="cast every model (and its inputs, parameters and torch peers) to this format",
+    )
     args = ap.parse_args()
     if not args.warm:  # both compilers start cold: no program cache, no inductor cache
         os.environ["NCD_OPENCL_CACHE"] = tempfile.mkdtemp(prefix="ncd-opencl-bench-")
@@ -214,8 +228,11 @@ def main() -> None:
     for name, model, make in workloads(args.quick):
         if args.only and args.only not in name:
             continue
-        rows.append(bench(name, model, make, args.reps, not args.no_peers, args.unfused))
+        rows.append(
+            bench(name, model, make, args.reps, not args.no_peers, args.unfused, args.dtype)
+        )
         print(f"  done: {name}", flush=True)
+    print(f"format: {args.dtype}")
     print(table(rows))
 
 
