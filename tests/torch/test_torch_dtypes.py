@@ -75,7 +75,7 @@ def test_non_finite_values_pass_through_a_bf16_module():
     np.testing.assert_array_equal(got, want)  # inf, 0, NaN, e, and exp(100) overflows to inf
 
 
-@pytest.mark.parametrize("fmt", [ncd.float8_e4m3, ncd.float8_e5m2], ids=str)
+@pytest.mark.parametrize("fmt", [ncd.float8_e4m3, ncd.float8_e4m3fn, ncd.float8_e5m2], ids=str)
 def test_float8_is_refused_by_torch_with_the_fix(fmt):
     m = ops.softmax("x").over("r").cast(fmt)
     with pytest.raises(ncd.DTypeError, match=rf"{fmt.name}.*no float8 arithmetic.*Fix: export"):
