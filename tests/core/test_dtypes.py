@@ -349,3 +349,37 @@ def test_float32_models_behave_as_before():
     x64 = np.random.default_rng(0).standard_normal((3, 7))
     assert ncd.run(m, x64).dtype == np.float64  # a wider array still runs as given
     assert ncd.run(m, x64.astype(np.float16)).dtype == np.float32  # a narrower one widens
+
+
+def test_cast_of_traced_and_loaded_models():
+    (s, d) = ncd.axes("s d", d=8)
+
+    @ncd.trace(inputs=[ncd.ArrayType((s, d))])
+    def resid(x: ncd.Tensor) -> ncd.Tensor:
+        return x + ops.linear(d, d)(ops.relu()(x))
+
+    loaded = ncd.from_json(ncd.to_json(resid))
+    for m in (resid, loaded):
+        c = m.cast(ncd.float16)
+        p = ncd.init(c, seed=2)
+        x = _rows((5, 8), ncd.float16)
+        got = ncd.run(c, x, params=p)
+        assert got.dtype == np.float16
+        p64 = {k: v.astype(np.float64) for k, v in p.items()}
+        _close(ncd.float16, got, ncd.run(m, x.astype(np.float64), params=p64), scale=4.0)
+
+
+def test_mixed_precision_with_explicit_casts():
+    base = nn.mlp().over("s").bind(s=3, d_model=8, d_ff=16)
+    head = ops.linear("d_model -> o").bind(o=4).named("head")
+    m = ncd.identity(*base.domain) >> ops.cast(ncd.bfloat16) >> base.cast(ncd.bfloat16)
+    m = m >> ops.cast(ncd.float32) >> head
+    p = ncd.init(m)
+    assert {v.dtype for k, v in p.items() if k.startswith("head")} == {np.dtype(np.float32)}
+    assert {v.dtype for k, v in p.items() if not k.startswith("head")} == {
+        np.dtype(ml_dtypes.bfloat16)
+    }
+    x = _rows((3, 8), ncd.float32)
+    out = ncd.run(m, x, params=p)
+    assert out.dtype == np.float32 and out.shape == (3, 4)
+    assert ":bfloat16 -> float32" in m.explain()
