@@ -66,6 +66,20 @@ def test_conversions_from_numpy_ml_dtypes_and_names():
     assert ncd.dtype(bool) is ncd.bool and ncd.dtype(np.int64) is ncd.int64
 
 
+def test_import_ncd_leaves_ml_dtypes_until_a_reduced_format_needs_it():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, ncd\n"
+        "from ncd import ops\n"
+        "ncd.run(ops.softmax('x'), np.ones(3)); ncd.bfloat16.itemsize\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "assert ncd.bfloat16.numpy.name == 'bfloat16' and 'ml_dtypes' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_formats_are_interned_and_frozen():
     assert copy.copy(ncd.bfloat16) is ncd.bfloat16
     assert copy.deepcopy(ncd.bfloat16) is ncd.bfloat16
@@ -75,7 +89,7 @@ def test_formats_are_interned_and_frozen():
     with pytest.raises(AttributeError, match="frozen"):
         del ncd.bfloat16.kind
     with pytest.raises(ncd.DTypeError, match="exists already"):
-        ncd.DType("bfloat16", np.float32, "float", "float32")
+        ncd.DType("bfloat16", np.float32, 4, "float", "float32")
     assert {ncd.float32: 1}["float32"] == 1 and hash(ncd.float32) == hash("float32")
 
 
