@@ -397,3 +397,22 @@ def test_mixed_precision_with_explicit_casts():
     out = ncd.run(m, x, params=p)
     assert out.dtype == np.float32 and out.shape == (3, 4)
     assert ":bfloat16 -> float32" in m.explain()
+
+
+@pytest.mark.parametrize("fmt", [*REDUCED, ncd.float64], ids=str)
+def test_cast_commutes_with_lifting_binding_and_naming(fmt):
+    r = ncd.Axis("r")
+    base = ops.layernorm("x") >> ops.gelu()
+    x = _rows((4, 13), fmt, 3)
+    variants = [
+        base.cast(fmt).over(r).bind(x=13),
+        base.over(r).cast(fmt).bind(x=13),
+        base.over(r).bind(x=13).cast(fmt),
+        base.named("blk").over(r).bind(x=13).cast(fmt),
+    ]
+    params = [ncd.init(v, seed=0) for v in variants]
+    assert all(list(p) in (["layernorm.weight", "layernorm.bias"],) for p in params[:3])
+    outs = [ncd.run(v, x, params=p) for v, p in zip(variants, params)]
+    for out in outs:
+        assert out.dtype == fmt.numpy
+        np.testing.assert_array_equal(out, outs[0])
