@@ -61,10 +61,17 @@ def templates(tiled: bool = True, local: bool = False) -> list[Any]:
 
 
 def generate(
-    graph: Graph, *, fuse: bool | str = True, tiled: bool = True, local: bool = False
+    graph: Graph,
+    *,
+    fuse: bool | str = True,
+    tiled: bool = True,
+    local: bool = False,
+    wide: bool = False,
 ) -> Generated:
     """``local``: stage matmul tiles in ``__local`` memory (for devices where it is dedicated
-    on-chip memory; ``ncd_opencl.backend`` decides from the device)."""
+    on-chip memory; ``ncd_opencl.backend`` decides from the device). Sizes still free in
+    ``graph`` become kernel arguments (one program serves every length); ``wide``: 64-bit
+    indices and size arguments throughout (the build for arrays past 2^31 - 1 elements)."""
     plan = plan_for(graph, fuse)
     layouts = choose_layouts(plan)
     rules = opencl_rules()
@@ -72,7 +79,7 @@ def generate(
     kernels = []
     seen: set[str] = set()
     for k in plan.kernels:
-        src = render_kernel(k, OPENCL, rules, layouts, tpl)
+        src = render_kernel(k, OPENCL, rules, layouts, tpl, wide)
         if src.name in seen:  # kernel names must be unique within one program
             src = attrs.evolve(
                 src,

@@ -21,6 +21,7 @@ from typing import Any
 
 from ncd.axis import Axis
 from ncd.codegen import KernelGen, KernelSource
+from ncd.codegen.layout import Size, ceil_div
 from ncd.primitives import library as L
 
 __all__ = ["tiled_template"]
@@ -31,7 +32,7 @@ KC = 256  # contracted elements per chunk (cache blocking)
 KL = 32  # contracted elements per __local tile (local staging)
 
 
-def _contiguous(buf: Any, axes: tuple[Axis, ...], sizes: dict[Axis, int]) -> bool:
+def _contiguous(buf: Any, axes: tuple[Axis, ...], sizes: dict[Axis, Size]) -> bool:
     """The axes are the buffer's last ones, in order (one unit-stride run)."""
     return tuple(buf.axes[len(buf.axes) - len(axes) :]) == tuple(axes)
 
@@ -65,7 +66,10 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     kdim = math.prod(gen.size(a) for a in op.in_axes)
     msz = math.prod(gen.size(a) for a in m_axes)
     nsz = math.prod(gen.size(a) for a in n_axes)
-    if kdim % VW or msz < RM or nsz < RN:
+    # K fixed when compiling (the vector loop); a run-time M or N: reads clamped, writes masked
+    if not isinstance(kdim, int) or kdim % VW:
+        return None
+    if (isinstance(msz, int) and msz < RM) or (isinstance(nsz, int) and nsz < RN):
         return None
     full = set(m_axes) | set(n_axes)
     for v in k.outputs:
@@ -79,7 +83,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     if any(a not in m_axes for a in g.values[x].axes if a not in op.in_axes):
         return None
     w = gen.w
-    mb, nb = -(-msz // RM), -(-nsz // RN)
+    mb, nb = ceil_div(msz, RM), ceil_div(nsz, RN)
     it = gen.itype  # 64-bit when an array passes 2^31 elements
     w.line(f"const {it} nb = {gen.dialect.gid(0, gen.wide)};")
     w.line(f"const {it} mb = {gen.dialect.gid(1, gen.wide)};")
@@ -147,7 +151,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                     )
                     for v in k.outputs:
                         gen.write(v, env, [])
-    gsize = (-(-nb // WG_N) * WG_N, -(-mb // WG_M) * WG_M)
+    gsize = (ceil_div(nb, WG_N) * WG_N, ceil_div(mb, WG_M) * WG_M)
     src = gen.source(gsize, (WG_N, WG_M), "tiled")
     return src
 
@@ -173,8 +177,8 @@ def _vector_epilogue(
     rows: list[Any],
     cols: list[Any],
     renames: dict[Axis, Axis],
-    msz: int,
-    nsz: int,
+    msz: Size,
+    nsz: Size,
 ) -> None:
     """The work-item's ``RM x RN`` sums packed into one vector, bias added, the activation
     chain evaluated once on the vector (PoCL vectorises ``exp``/``erf`` of a float8, not eight
@@ -209,8 +213,8 @@ def _local_tiles(
     m_axes: tuple[Axis, ...],
     n_axes: tuple[Axis, ...],
     k_axes: tuple[Axis, ...],
-    msz: int,
-    nsz: int,
+    msz: Size,
+    nsz: Size,
     kdim: int,
 ) -> None:
     """The contraction loop over ``__local`` tiles: per chunk of ``KL`` contracted elements the
@@ -269,11 +273,11 @@ def _multiply(gen: KernelGen, row: Any, col: Any) -> None:
 def _split(gen: KernelGen, axes: tuple[Axis, ...], flat: str) -> dict[Axis, str]:
     """Index expressions of ``axes`` (row-major) from one flattened index variable."""
     env: dict[Axis, str] = {}
-    step = 1
+    step: Size = 1
     total = math.prod(gen.size(a) for a in axes)
     for a in reversed(axes):
         n = gen.size(a)
-        q = flat if step == 1 else f"({flat} / {step})"
+        q = flat if isinstance(step, int) and step == 1 else f"({flat} / {step})"
         env[a] = q if step * n == total else f"({q} % {n})"
         step *= n
     return env
