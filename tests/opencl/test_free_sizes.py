@@ -271,3 +271,25 @@ def test_everything_free_falls_back_to_kernels_that_take_any_length() -> None:
             v = rng.standard_normal((x, 5)).astype(np.float32)
             _agree(exe_att, att, a, b, v, tol=1e-3)
     assert exe_mm.builds == 1 and exe_att.builds == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("model", ["softmax", "gelu", "rmsnorm"])
+def test_vector_rows_of_run_time_length_end_in_a_scalar_tail(model: str) -> None:
+    op = {
+        "softmax": ops.softmax("x"),
+        "gelu": ops.gelu(),
+        "rmsnorm": ops.rmsnorm("x", affine=False),
+    }
+    m = op[model].over(ncd.Axis("x") if model == "gelu" else ncd.Axis("r"))
+    if model == "gelu":
+        m = m.over(ncd.Axis("r"))
+    gen = generate(m.graph)
+    assert gen.kernels[0].style == "vector" and "% 8" in gen.source
+    exe = ncd.compile(m, "opencl")
+    for n in (1, 7, 8, 9, 16, 17, 301):
+        x = _rng(n).standard_normal((3, n)).astype(np.float32)
+        x[1, n // 2] = np.inf
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = ncd.run(m, x)
+        np.testing.assert_allclose(exe(x), want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert exe.builds == 1  # type: ignore[attr-defined]

@@ -251,9 +251,18 @@ class KernelGen:
             "min": "{a} = " + self.fn("fmin" + any_) + "({a}, {t});",
         }[kind]
         if self.vec is not None and tuple(axes) == (self.vec,):
+            vec = self.vec
             acc = self.var(f"({self.vtype})({init})", f"{hint}v", self.vtype)
-            with self.loop(self.vec) as i:
-                self.w.line(step.format(a=acc, t=term({**index, self.vec: i})))
+            if self.known(vec) is None:  # whole vectors, then the scalar tail
+                whole, tail = self.vector_loops(vec)
+                with whole as i:
+                    self.w.line(step.format(a=acc, t=term({**index, vec: i})))
+                total = self.var(self.across_lanes(acc, kind, nan), hint)
+                with tail as i:
+                    self.w.line(step.format(a=total, t=term({**index, vec: i})))
+                return total
+            with self.loop(vec) as i:
+                self.w.line(step.format(a=acc, t=term({**index, vec: i})))
             return self.let(self.across_lanes(acc, kind, nan), hint, "float")
         acc = self.var(init, hint)
 
@@ -302,6 +311,23 @@ class KernelGen:
                 self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; {i} += {step})", i
             )
         return _Loop(self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; ++{i})", i)
+
+    def vector_loops(self, axis: Axis) -> tuple[Any, Any]:
+        """For a vector axis of run-time length: a loop over its whole vectors (indices step
+        by the vector width; reads and writes there are vectors) and the scalar loop over
+        the rest, in this order (``with whole as i: ...`` then ``with tail as i: ...``)."""
+        n, width = self.size(axis), self.dialect.vector_width
+        end = self.shared(  # once per kernel: it depends on the size argument only
+            ("vend", axis.uid),
+            [],
+            lambda: self.let(f"{n} - {n} % {width}", "vend", f"const {self.itype}"),
+        )
+        i = self.unique(f"i_{axis.name}", "i")
+        self.vec_vars.add(i)
+        j = self.unique(f"i_{axis.name}", "i")
+        whole = _Loop(self, f"for ({self.itype} {i} = 0; {i} < {end}; {i} += {width})", i)
+        tail = _Loop(self, f"for ({self.itype} {j} = {end}; {j} < {n}; ++{j})", j)
+        return whole, tail
 
     def lit(self, x: float) -> str:
         return lit(x, self.dialect)
@@ -445,6 +471,11 @@ class KernelGen:
         def body(index: dict[Axis, str], rest: list[Axis]) -> None:
             if not rest:
                 self.w.line(f"{self.write_target(out, index)} = {self.load(v, index)};")
+                return
+            if rest[0] == self.vec and self.known(rest[0]) is None:
+                for part in self.vector_loops(rest[0]):  # whole vectors, then the tail
+                    with part as i:
+                        body({**index, rest[0]: i}, rest[1:])
                 return
             with self.loop(rest[0]) as i:
                 body({**index, rest[0]: i}, rest[1:])
