@@ -50,6 +50,9 @@ def _nbytes(graph: Graph, b: Any) -> int:
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
+#: headroom below an index type's limit: kernels add up to a chunk, a block or a work-group
+#: of indices to an in-range one (``x0 + CHUNK``, ``(n + 63) / 64``) before comparing
+MARGIN = 2**16
 
 
 def _size_args(graph: Graph, src: Any) -> list[int]:
@@ -81,14 +84,14 @@ def check_index(graph: Graph, gen: Any, wide: bool) -> bool:
         for n in (*_launch_size(graph, k), *_size_args(graph, k)):
             if n > need:
                 need, what = n, f"the launch of kernel {k.name}"
-    if need > LONG_MAX:
+    if need > LONG_MAX - MARGIN:
         free = ", ".join(f"{a.describe()} = {graph.size(a)}" for a in graph.axes if a.size is None)
         raise SizeError(
             f"{what} needs {need:,} elements or indices; a 64-bit index holds at most "
             f"{LONG_MAX:,} (sizes: {free or 'all bound'}). Fix: run the work in smaller "
             "batches (smaller sizes for these axes)."
         )
-    return need <= INT_MAX or wide
+    return need <= INT_MAX - MARGIN or wide
 
 
 def check_fits(graph: Graph, gen: Any, device: Any) -> None:
