@@ -1,5 +1,7 @@
 """Layering, checked mechanically: a plugin package imports ncd-core and its own modules, never
-another plugin (they meet only through core's plugin registry), and ncd-core imports no plugin."""
+another plugin (they meet only through core's plugin registry), and ncd-core imports no plugin;
+below the front end, nothing imports the term classes or the op constructors: the low layers
+reach models through ``ncd.graph.as_graph`` and op classes through ``ncd.primitives``."""
 
 from __future__ import annotations
 
@@ -19,14 +21,34 @@ IMPORTS = {
 }
 
 
-def imported_modules(path: Path) -> set[str]:
+#: The front end of ncd-core: what builds terms (and the CLI, demo and tests helpers on top).
+FRONT_END = {
+    "__init__.py",
+    "_term.py",
+    "_trace.py",
+    "_lower.py",
+    "_demo.py",
+    "cli.py",
+    "nn.py",
+    "testing.py",
+    "serialize.py",  # loading a model gives a term (GraphTerm) back
+    "ops/__init__.py",
+}
+TERM_MODULES = {"ncd._term", "ncd.ops", "ncd._trace", "ncd.nn"}
+#: A plugin's own front end: ncd-torch's importer builds models with ncd.ops and ncd.trace.
+PLUGIN_FRONT_ENDS = ("_import", "_capture")
+
+
+def imported_modules(path: Path, full: bool = False) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(a.name.split(".")[0] for a in node.names)
+            found.update(a.name if full else a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
+            found.add(node.module if full else node.module.split(".")[0])
+            if full and node.module == "ncd":
+                found.update(f"ncd.{a.name}" for a in node.names)
     return found
 
 
@@ -39,3 +61,22 @@ def test_a_package_imports_no_other_plugin(package: str) -> None:
         for p in (PACKAGES / package / "src").rglob("*.py")
     }
     assert not {k: v for k, v in bad.items() if v}, "plugins meet through ncd.plugins.registry()"
+
+
+def test_the_low_layers_import_no_term_and_no_front_end() -> None:
+    core = PACKAGES / "ncd-core" / "src" / "ncd"
+    files = [p for p in core.rglob("*.py") if str(p.relative_to(core)) not in FRONT_END]
+    files += [
+        p
+        for name in IMPORTS
+        if name != "ncd-core"
+        for p in (PACKAGES / name / "src").rglob("*.py")
+        if not p.name.startswith(PLUGIN_FRONT_ENDS)
+    ]
+    bad = {
+        str(p.relative_to(PACKAGES)): sorted(imported_modules(p, full=True) & TERM_MODULES)
+        for p in files
+    }
+    assert not {k: v for k, v in bad.items() if v}, (
+        "reach models through ncd.graph.as_graph and op classes through ncd.primitives"
+    )

@@ -9,6 +9,19 @@ from ncd._term import GraphTerm, Term, copy, discard, identity, swap
 from ncd._trace import Tensor, trace
 from ncd.api import compile, export
 from ncd.axis import DTYPES, ArrayType, Axis, axes, dtype_bytes
+from ncd.dtypes import (
+    DType,
+    bfloat16,
+    dtype,
+    float8_e4m3,
+    float8_e5m2,
+    float16,
+    float32,
+    float64,
+    int32,
+    int64,
+)
+from ncd.dtypes import bool_ as bool  # ncd.bool, the boolean format (shadows the builtin here)
 from ncd.errors import (
     AlignmentError,
     CompileError,
@@ -24,11 +37,13 @@ from ncd.errors import (
     SizeError,
     TargetNotFoundError,
     TraceError,
+    UnknownDTypeError,
 )
 from ncd.fusion import fuse
 from ncd.graph import Graph, Node, Scope
-from ncd.kernel import Boundary, FusionPlan, Kernel, Partition
+from ncd.kernel import Boundary, FusionPlan, Kernel, Partition, Schedule
 from ncd.params import init
+from ncd.planning import plan
 from ncd.reference import run
 from ncd.serialize import from_json, to_json
 from ncd.sizes import Config, SizeVar
@@ -42,6 +57,7 @@ __all__ = [
     "Axis",
     "CompileError",
     "Config",
+    "DType",
     "DTypeError",
     "DefinitionError",
     "Graph",
@@ -61,8 +77,19 @@ __all__ = [
     "Tensor",
     "Term",
     "TraceError",
+    "UnknownDTypeError",
     "__version__",
     "axes",
+    "bfloat16",
+    "bool",
+    "dtype",
+    "float8_e4m3",
+    "float8_e5m2",
+    "float16",
+    "float32",
+    "float64",
+    "int32",
+    "int64",
     "compile",
     "copy",
     "discard",
@@ -81,5 +108,7 @@ __all__ = [
     "FusionPlan",
     "Kernel",
     "Partition",
+    "Schedule",
     "fuse",
+    "plan",
 ]

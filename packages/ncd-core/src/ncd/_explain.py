@@ -1,9 +1,27 @@
-"""``model.explain()``: one line per op, ``name: [core] over (loop ...)``, nested by block."""
+"""``model.explain()``: one line per op, ``name: [core] over (loop ...)``, nested by block; an
+op whose float values are not float32 ends with its format (``:bfloat16``, or
+``:bfloat16 -> float32`` where a cast changes it). Integer wires are not marked."""
 
 from __future__ import annotations
 
 from ncd.axis import Axis
-from ncd.graph import Graph
+from ncd.graph import Graph, Node
+
+
+def _formats(graph: Graph, node: Node) -> str:
+    """`` :fmt`` (or `` :a -> b``) for the float formats a node reads and writes, unless all
+    are float32."""
+
+    def floats(values: tuple[int, ...]) -> list[str]:
+        return sorted({graph.values[v].dtype.name for v in values if graph.values[v].is_float})
+
+    ins = sorted({*floats(node.inputs), *(p.dtype.name for p in node.op.params())})
+    outs = floats(node.outputs)
+    if set(ins) | set(outs) <= {"float32"}:
+        return ""
+    if not ins or set(ins) == set(outs):
+        return f" :{' '.join(outs)}"
+    return f" :{' '.join(ins)} -> {' '.join(outs) or '()'}"
 
 
 def explain(graph: Graph) -> str:
@@ -33,6 +51,7 @@ def explain(graph: Graph) -> str:
         loop = " ".join(show(a) for a in node.loop)
         learned = " *learned*" if node.op.params() else ""
         lines.append(
-            "  " * (len(path) + 1) + f"{node.op.label}: [{ins} -> {outs}] over ({loop}){learned}"
+            "  " * (len(path) + 1)
+            + f"{node.op.label}: [{ins} -> {outs}] over ({loop}){learned}{_formats(graph, node)}"
         )
     return "\n".join(lines)

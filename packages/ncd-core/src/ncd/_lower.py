@@ -167,13 +167,14 @@ class Builder:
                 assert isinstance(ref, Hole)
                 v = self.materialise(ref, ArrayType(core_in[k], in_dtypes[k]))
             if not op.accepts(k, self.values[v].dtype):
+                why, fix = op.refusal(k, self.values[v].dtype)
                 raise DTypeError(
-                    f"input {k} of {op.label} [{op.core_text()}] (built at {site}) takes "
-                    f"{in_dtypes[k]} data, but receives {self.describe_value(v)} of dtype "
-                    f"{self.values[v].dtype}. Fix: feed it a {in_dtypes[k]} value (integer ids "
-                    "go only to ops.embedding)."
+                    f"input {k} of {op.label} [{op.core_text()}] (built at {site}) {why}, but "
+                    f"receives {self.describe_value(v)} of dtype {self.values[v].dtype}. "
+                    f"Fix: {fix}."
                 )
             values.append(v)
+        self._check_formats(op, site, values)
         bound = op.substitute(self.resolve)
         core_in, core_out = bound.signature()
         loop: list[Axis] = []
@@ -206,6 +207,36 @@ class Builder:
             )
         )
         return outs
+
+    def _check_formats(self, op: Op, site: str, values: Sequence[int]) -> None:
+        """Formats meet only at ``ops.cast``: every float input must have the op's format."""
+        dts = tuple(self.values[v].dtype for v in values)
+        want = op.float_format(dts)
+        if want is None:
+            return
+        for k, (v, dt) in enumerate(zip(values, dts, strict=True)):
+            if dt.kind != "float" or dt == want:
+                continue
+            why = (
+                f"its format is {want.name}"
+                if op.dtype is not None
+                else f"its parameters are {want.name}"
+                if op.params()
+                else f"its first float input is {want.name}"
+            )
+            others = [
+                self.describe_value(u)
+                for u, d in zip(values, dts, strict=True)
+                if u != v and d.kind == "float"
+            ]
+            also = f" (its other float input: {', '.join(others)})" if others else ""
+            raise DTypeError(
+                f"{op.label} [{op.core_text()}] (built at {site}) mixes formats: {why}, but "
+                f"input {k} is {self.describe_value(v)} of dtype {dt.name}{also}. Formats meet "
+                f"only at a cast. Fix: convert the value with ops.cast(ncd.{want.name}) (or "
+                f"ops.cast(ncd.{dt.name}) on the other side), or cast the whole model with "
+                f".cast(ncd.{dt.name})."
+            )
 
     def _align(self, op: Op, site: str, k: int, template: tuple[Axis, ...], v: int) -> None:
         actual = self.values[v].axes

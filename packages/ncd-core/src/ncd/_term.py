@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import numbers
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ncd._lower import Builder, Hole, Ref
 from ncd.axis import ArrayType, Axis, AxisLike, check_name, show
+from ncd.dtypes import DType
 from ncd.errors import AlignmentError, DefinitionError, TraceError
 from ncd.graph import Graph, Scope
 from ncd.op import Op
@@ -90,6 +92,20 @@ class Term:
                     "e.g. .over('batch') or .over(ncd.Axis('batch', size=8))."
                 )
         return Over(self, tuple(a if isinstance(a, Axis) else Axis(a) for a in axes))
+
+    def cast(self, dtype: object) -> Term:
+        """The same model in the float format ``dtype`` (``ncd.bfloat16``, ``"float16"``,
+        ``np.float64``...): every op's parameters, float inputs and float outputs use it, and
+        the reference interpreter accumulates in ``dtype.accumulate``. Integer wires (token ids)
+        keep their type; an ``ops.cast`` to a float format becomes a cast to ``dtype`` (the whole
+        model is in one format: cast parts, not the whole, for mixed precision). Names, scopes
+        and parameter names are unchanged; the result composes like any term."""
+        from ncd.dtypes import dtype as to_dtype
+        from ncd.op import _op_format
+
+        fmt = _op_format(to_dtype(dtype))
+        assert fmt is not None
+        return GraphTerm(cast_graph(self.graph, fmt), site=call_site())
 
     def named(self, name: str, label: str | None = None) -> Term:
         """A definition: stays a named block (``name`` its kind, ``label`` its parameter prefix)."""
@@ -172,27 +188,6 @@ class Term:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.n_in}->{self.n_out} built at {self.site}>"
-
-
-def graph_of(model: object, what: str) -> Graph:
-    """The graph of a term or a graph; anything else is a ``DefinitionError`` for ``what``."""
-    if isinstance(model, Term):
-        return model.graph
-    if isinstance(model, Graph):
-        return model
-    raise DefinitionError(
-        f"{what} takes a model (an ncd term or graph), got "
-        f"{type(model).__name__} {show(model)}. Fix: pass e.g. ncd.nn.mlp()."
-    )
-
-
-def check_seed(seed: object, what: str) -> int:
-    """``seed`` if it is an int >= 0, else a ``DefinitionError`` for ``what``."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
-        raise DefinitionError(
-            f"{what}: seed must be an int >= 0, got {show(seed)}. Fix: pass e.g. seed=0."
-        )
-    return int(seed)
 
 
 def _term(where: str, value: object) -> Term:
@@ -389,6 +384,36 @@ def _replay_input(b: Builder, t: ArrayType, ref: Ref, site: str) -> Ref:
         v,
     )
     return v
+
+
+def cast_graph(g: Graph, fmt: DType) -> Graph:
+    """``g`` with every op in the format ``fmt`` and every float input of that format, replayed
+    through a builder so value types follow (and mixed formats are refused) as in lowering."""
+    raw = Graph(
+        g.axes,
+        tuple(
+            ArrayType(t.axes, fmt) if v in set(g.inputs) and t.is_float else t
+            for v, t in enumerate(g.values)
+        ),
+        tuple(attrs.evolve(n, op=_cast_op(n.op, fmt)) for n in g.nodes),
+        g.inputs,
+        g.outputs,
+        g.scopes,
+    )
+    b = Builder(raw.scopes[0])
+    holes = [b.new_slot() for _ in raw.inputs]
+    for hole, v in zip(holes, raw.inputs, strict=True):
+        b.materialise(hole, raw.values[v])
+    outs = replay_nodes(b, raw, holes, "cast")
+    return b.finish(outs, f"the model cast to {fmt.name}")
+
+
+def _cast_op(op: Op, fmt: DType) -> Op:
+    from ncd.primitives.library import Cast
+
+    if isinstance(op, Cast) and op.to.kind == "float":
+        return attrs.evolve(op, dtype=fmt, to=fmt)
+    return attrs.evolve(op, dtype=fmt)
 
 
 def _map_scope(b: Builder, g: Graph, s: int, scope_map: dict[int, int]) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import colorsys
 import math
+import numbers
 import os
 import unicodedata
 from collections.abc import Iterable
@@ -15,6 +16,8 @@ from typing import Any
 
 import attrs
 
+from ncd.dtypes import FORMATS, DType
+from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DefinitionError
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "AxisLike",
     "axes",
     "check_name",
+    "check_seed",
     "dtype_bytes",
     "show",
 ]
@@ -34,28 +38,19 @@ __all__ = [
 #: overflow the 64-bit element counts every backend indexes with.
 MAX_SIZE = 2**62
 
-#: Element types a wire may carry, with their storage size in bytes (used by cost models).
-DTYPES: dict[str, float] = {
-    "float64": 8,
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float8": 1,
-    "int64": 8,
-    "int32": 4,
-    "bool": 1,
-}
+#: Element types a wire may carry, with their storage size in bytes (used by cost models); derived
+#: from the table of formats in ``ncd.dtypes``.
+DTYPES: dict[str, float] = {name: t.itemsize for name, t in FORMATS.items()}
 
 
 #: dtype -> its kind; a wire of one kind never feeds an op input of another (no silent casts).
-DTYPE_KINDS: dict[str, str] = {
-    d: "float" if "float" in d else d.rstrip("0123456789") for d in DTYPES
-}
+DTYPE_KINDS: dict[str, str] = {name: t.kind for name, t in FORMATS.items()}
 
 
-def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of ``dtype``."""
-    return DTYPES[dtype]
+def dtype_bytes(dtype: object) -> float:
+    """Bytes per element of ``dtype`` (a format, its name or a NumPy type); an unknown one is an
+    ``UnknownDTypeError`` listing the formats."""
+    return to_dtype(dtype).itemsize
 
 
 def _new_uid() -> str:
@@ -95,6 +90,15 @@ def check_name(what: str, value: object, *, empty: bool = False) -> None:
             f"{what} {value!r} contains the control character {bad}. Fix: use printable "
             "characters only."
         )
+
+
+def check_seed(seed: object, what: str) -> int:
+    """``seed`` if it is an int >= 0, else a ``DefinitionError`` for ``what``."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
+        raise DefinitionError(
+            f"{what}: seed must be an int >= 0, got {show(seed)}. Fix: pass e.g. seed=0."
+        )
+    return int(seed)
 
 
 def _check_axis_name(_: Any, attribute: Any, value: str) -> None:
@@ -213,17 +217,12 @@ def _distinct(_: Any, __: Any, value: tuple[Axis, ...]) -> None:
         )
 
 
-def _check_dtype(_: Any, __: Any, value: str) -> None:
-    if not isinstance(value, str) or value not in DTYPES:
-        raise DefinitionError(f"unknown dtype {show(value)}. Fix: use one of {', '.join(DTYPES)}.")
-
-
 @attrs.frozen
 class ArrayType:
     """An ordered tuple of distinct axes and an element type."""
 
     axes: tuple[Axis, ...] = attrs.field(converter=_to_axes, validator=_distinct)
-    dtype: str = attrs.field(default="float32", validator=_check_dtype)
+    dtype: DType = attrs.field(default=FORMATS["float32"], converter=to_dtype)
 
     def __str__(self) -> str:
         return f"[{' '.join(a.name for a in self.axes)}]" + (
@@ -232,4 +231,4 @@ class ArrayType:
 
     @property
     def is_float(self) -> bool:
-        return self.dtype.startswith(("float", "bfloat"))
+        return self.dtype.kind == "float"

@@ -21,6 +21,7 @@ __all__ = [
     "SizeError",
     "TargetNotFoundError",
     "TraceError",
+    "UnknownDTypeError",
 ]
 
 
@@ -47,6 +48,11 @@ class DefinitionError(NcdError, ValueError, TypeError):
 class DTypeError(NcdError, TypeError):
     """An array's dtype cannot be taken by the wire it feeds (complex, object or string data,
     floats for integer ids, or a wider float than the backend was built for)."""
+
+
+class UnknownDTypeError(DTypeError, DefinitionError):
+    """A name or type that is no ncd element format (``ncd.dtype("float13")``); also a
+    ``DefinitionError``, which an unknown dtype of an ``ArrayType`` raised before."""
 
 
 class IndexRangeError(NcdError, IndexError, ValueError):

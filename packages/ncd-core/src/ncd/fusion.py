@@ -18,6 +18,7 @@ to a new identity). The first reason a merge fails is kept as the boundary's rea
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import Any
 
@@ -168,6 +169,22 @@ def _internal_reduced(graph: Graph, nodes: Sequence[int]) -> list[Axis]:
     return list(found)
 
 
+class _IO:
+    """``kernel_io`` of node sets, each set worked out once: a merge tried and kept, and the
+    kernel finally built from it, share one answer (so do the sibling tests of every unit)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.known: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    def __call__(self, nodes: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        key = tuple(sorted(nodes))
+        hit = self.known.get(key)
+        if hit is None:
+            hit = self.known[key] = kernel_io(self.graph, key)
+        return hit
+
+
 def _schedule(
     graph: Graph,
     nodes: list[int],
@@ -175,6 +192,7 @@ def _schedule(
     unit_grid: list[Axis] | None,
     what: str,
     unit: Sequence[int] | None = None,
+    io: _IO | None = None,
 ) -> tuple[Axis | None, list[Axis]]:
     """(streamed axis, grid) of a merged node set, or ``_Reject`` with the reason."""
     old_stream, old_grid = old if old is not None else (None, [])
@@ -193,12 +211,11 @@ def _schedule(
     reduced_by_old = {
         a for i in old_nodes for a in _axes(graph, [i]) if role(graph.nodes[i], a) in given_up
     }
-    outs = kernel_io(graph, nodes)[1]
     first_reason = ""
     for stream in options:
         try:
-            if stream is not None:
-                analyse_stream(graph, nodes, stream, outs)
+            if stream is not None:  # the values leaving the set matter only to a stream
+                analyse_stream(graph, nodes, stream, (io or _IO(graph))(nodes)[1])
         except ScheduleError as e:
             first_reason = first_reason or str(e)
             continue
@@ -224,9 +241,10 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
 
     Partitions carry symbolic tiles ``t_<label>`` unless ``tiles`` gives ints (by axis, label or
     tile name)."""
-    from ncd._term import graph_of
+    from ncd.graph import as_graph
 
-    graph = graph_of(model, "ncd.fuse")
+    graph = as_graph(model, "ncd.fuse")
+    io = _IO(graph)
     kernels: list[list[int]] = []
     sched: list[tuple[Axis | None, list[Axis]]] = []
     deps: list[set[int]] = []
@@ -267,7 +285,7 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
                         "it is written to memory once"
                     )
             unit_grid = _grid(graph, unit, None)
-            result = _schedule(graph, merged, sched[k], unit_grid, what, unit)
+            result = _schedule(graph, merged, sched[k], unit_grid, what, unit, io)
         except _Reject as e:
             for v in crossing:
                 reasons.setdefault(v, str(e))
@@ -289,16 +307,24 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
     for unit in _units(graph):
         done = any(try_merge(k, unit, True) for k in reversed(producer_kernels(unit)))
         if not done:
+            # kernels reading one of the unit's inputs from outside themselves (found through
+            # the input's consumers, not by scanning every kernel: linear in depth)
+            producers = set(producer_kernels(unit))
             reads = {v for i in unit for v in graph.nodes[i].inputs}
-            siblings = [
-                k
-                for k in range(len(kernels))
-                if k not in producer_kernels(unit) and reads & set(kernel_io(graph, kernels[k])[0])
-            ]
+            siblings = sorted(
+                {
+                    owner[c]
+                    for v in reads
+                    for c in graph.consumers[v]
+                    if c in owner
+                    and owner[c] not in producers
+                    and owner.get(graph.producers.get(v, -1)) != owner[c]
+                }
+            )
             done = any(try_merge(k, unit, False) for k in reversed(siblings))
         if not done:
             try:
-                result = _schedule(graph, unit, None, None, "")
+                result = _schedule(graph, unit, None, None, "", None, io)
             except _Reject:
                 result = (None, _grid(graph, unit, None))
             kernels.append(list(unit))
@@ -309,7 +335,7 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
             )
             for i in unit:
                 owner[i] = len(kernels) - 1
-    return _assemble(graph, kernels, sched, deps, reasons, tiles or {})
+    return _assemble(graph, kernels, sched, deps, reasons, tiles or {}, io)
 
 
 def _assemble(
@@ -319,17 +345,27 @@ def _assemble(
     deps: list[set[int]],
     reasons: dict[int, str],
     tiles: dict[Axis | str, int],
+    io: _IO,
 ) -> FusionPlan:
     """Order kernels topologically, attach partitions and the boundary reasons."""
+    # Kahn's order, the ready kernel with the earliest node first (a heap: linear in depth)
     order: list[int] = []
-    placed: set[int] = set()
-    while len(order) < len(kernels):
-        ready = [k for k in range(len(kernels)) if k not in placed and deps[k] <= placed]
-        if not ready:  # the merge rules exclude cycles; this guards the invariant
-            raise ScheduleError("fusion planner produced a cyclic kernel order (a bug)")
-        k = min(ready, key=lambda k: min(kernels[k]))
+    waiting = [len(deps[k]) for k in range(len(kernels))]
+    after: dict[int, list[int]] = {}
+    for k, ds in enumerate(deps):
+        for j in ds:
+            after.setdefault(j, []).append(k)
+    ready = [(min(kernels[k]), k) for k in range(len(kernels)) if not waiting[k]]
+    heapq.heapify(ready)
+    while ready:
+        _, k = heapq.heappop(ready)
         order.append(k)
-        placed.add(k)
+        for m in after.get(k, ()):
+            waiting[m] -= 1
+            if not waiting[m]:
+                heapq.heappush(ready, (min(kernels[m]), m))
+    if len(order) < len(kernels):  # the merge rules exclude cycles; this guards the invariant
+        raise ScheduleError("fusion planner produced a cyclic kernel order (a bug)")
     labels = axis_labels(graph)
 
     def tile(a: Axis) -> int | str:
@@ -355,7 +391,7 @@ def _assemble(
         ]
         if stream is not None:
             parts.append(Partition(stream, "stream", tile(stream)))
-        ins, outs = kernel_io(graph, nodes)
+        ins, outs = io(nodes)
         body = "_".join(dict.fromkeys(graph.nodes[i].op.kind for i in nodes))[:40]
         out.append(Kernel(graph, nodes, ins, outs, parts, f"k{len(out)}_{body}"))
     owner = {i: position[k] for k in range(len(kernels)) for i in kernels[k]}

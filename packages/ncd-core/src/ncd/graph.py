@@ -9,8 +9,8 @@ definitions. Identity, copy, swap and discard are wiring: they leave no node.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Hashable, Iterator, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -19,7 +19,7 @@ from ncd.errors import DefinitionError, SizeError
 from ncd.op import Op, Param
 from ncd.sizes import Config, SizeSolver, SizeVar, unique_labels
 
-__all__ = ["MAX_ELEMENTS", "Graph", "Node", "Scope"]
+__all__ = ["MAX_ELEMENTS", "Graph", "Model", "Node", "Scope", "as_graph"]
 
 #: The most elements one value may have: counts and offsets must fit a signed 64-bit int.
 MAX_ELEMENTS = 2**63 - 1
@@ -228,17 +228,25 @@ class Graph:
         return _substitute(self, new)
 
     # -- identity ------------------------------------------------------------------------------
+    @functools.cached_property
+    def key(self) -> Hashable:
+        """The canonical form (``ncd.canonical.graph_key``), which defines graph equality and
+        keys the caches of backends."""
+        from ncd.canonical import graph_key
+
+        return graph_key(self)
+
     def canonical(self) -> dict[str, Any]:
-        """The interchange form, which defines graph equality."""
+        """The interchange form (``ncd.serialize``): equal graphs have equal interchange forms."""
         from ncd.serialize import graph_to_dict
 
         return graph_to_dict(self)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Graph) and self.canonical() == other.canonical()
+        return isinstance(other, Graph) and (self is other or self.key == other.key)
 
     def __hash__(self) -> int:
-        return hash((len(self.nodes), len(self.values), tuple(a.uid for a in self.axes[:8])))
+        return hash(self.key)
 
     def verify(self) -> None:
         """Check every whole-graph invariant; raise ``GraphError`` listing all violations."""
@@ -258,4 +266,29 @@ def _substitute(graph: Graph, new: dict[str, Axis]) -> Graph:
     )
     return attrs.evolve(
         graph, axes=tuple(new[a.uid] for a in graph.axes), values=values, nodes=nodes
+    )
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What the low layers (reference, fusion, kernels, cost models, diagrams, exporters) take
+    as a model: anything with a ``graph`` (terms, traced and loaded models), or a ``Graph``
+    itself. They reach graphs through ``as_graph`` and never import the term classes."""
+
+    @property
+    def graph(self) -> Graph: ...
+
+
+def as_graph(model: object, what: str) -> Graph:
+    """The graph of ``model`` (a ``Graph`` or a ``Model``); anything else is a
+    ``DefinitionError`` for ``what`` (the function the user called)."""
+    if isinstance(model, Graph):
+        return model
+    if isinstance(model, Model):
+        graph = model.graph
+        if isinstance(graph, Graph):
+            return graph
+    raise DefinitionError(
+        f"{what} takes a model (an ncd term or graph), got "
+        f"{type(model).__name__} {show(model)}. Fix: pass e.g. ncd.nn.mlp()."
     )

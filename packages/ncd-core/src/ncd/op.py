@@ -14,8 +14,10 @@ from typing import Any, ClassVar, TypeVar
 
 import attrs
 
-from ncd.axis import DTYPE_KINDS, Axis, check_name, show
-from ncd.errors import DefinitionError
+from ncd.axis import Axis, check_name, show
+from ncd.dtypes import DType, float32
+from ncd.dtypes import dtype as to_dtype
+from ncd.errors import DefinitionError, DTypeError
 
 __all__ = [
     "OP_KINDS",
@@ -224,12 +226,47 @@ def groups_field() -> Any:
 
 @attrs.frozen
 class Param:
-    """A learned array owned by an op: its name within the op, axes, and initialiser."""
+    """A learned array owned by an op: its name within the op, axes, initialiser and format
+    (float32 unless the op has a format of its own: ``Op.params`` fills it in)."""
 
     name: str
     axes: tuple[Axis, ...] = attrs.field(converter=_tuple_of_axes)
     init: str = "normal"  # normal | uniform_fan_in | ones | zeros
     fan_in: tuple[Axis, ...] = attrs.field(default=(), converter=_tuple_of_axes)
+    dtype: DType = attrs.field(default=float32, converter=to_dtype, kw_only=True)
+
+
+def _op_format(value: Any) -> DType | None:
+    """attrs converter of ``Op.dtype``: ``None`` or a float format (an integer or bool format is
+    no format for an op's parameters and float values)."""
+    if value is None:
+        return None
+    fmt = to_dtype(value)
+    if fmt.kind != "float":
+        raise DTypeError(
+            f"an op's format must be a float format, got {fmt!r}. Fix: cast to one of float64, "
+            "float32, float16, bfloat16, float8_e4m3, float8_e5m2 (integer wires such as token "
+            "ids keep their type by themselves)."
+        )
+    return fmt
+
+
+def _typed_params(fn: Callable[[Any], tuple[Param, ...]]) -> Callable[[Any], tuple[Param, ...]]:
+    """Wrap an op class's ``params`` so its float parameters carry the op's format."""
+
+    def params(self: Any) -> tuple[Param, ...]:
+        ps = fn(self)
+        fmt = self.dtype
+        if fmt is None:
+            return ps
+        return tuple(
+            attrs.evolve(p, dtype=fmt) if p.dtype.kind == "float" and p.dtype != fmt else p
+            for p in ps
+        )
+
+    params.__doc__ = fn.__doc__
+    params._ncd_typed = True  # type: ignore[attr-defined]
+    return params
 
 
 @attrs.frozen
@@ -253,6 +290,17 @@ class Op:
     category: ClassVar[str] = "other"
 
     name: str = attrs.field(default="", kw_only=True, validator=_check_op_name)
+    #: The op's float format (its parameters, float outputs and float inputs); ``None``: float32
+    #: parameters, float outputs in the format of the float inputs. ``Term.cast`` sets it.
+    dtype: DType | None = attrs.field(default=None, kw_only=True, converter=_op_format)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Every subclass's ``params`` returns parameters in the op's format, so whoever reads
+        # them (init, the interpreters, cost models) sees one answer.
+        super().__init_subclass__(**kwargs)
+        fn = cls.__dict__.get("params")
+        if fn is not None and not getattr(fn, "_ncd_typed", False):
+            cls.params = _typed_params(fn)  # type: ignore[method-assign, assignment]
 
     # -- the template -------------------------------------------------------------------------
     def signature(self) -> Signature:
@@ -271,19 +319,46 @@ class Op:
         """Axes whose size follows from the others (not listed by ``config()``)."""
         return ()
 
+    @property
+    def format(self) -> DType:
+        """The float format of the op's parameters: ``dtype``, else float32."""
+        return float32 if self.dtype is None else self.dtype
+
     def in_dtypes(self) -> tuple[str, ...]:
         """Element types the inputs take when the op fixes a model input's type."""
-        return ("float32",) * len(self.signature()[0])
+        return (self.format,) * len(self.signature()[0])
 
     def accepts(self, k: int, dtype: str) -> bool:
         """Whether input ``k`` may carry ``dtype``: by default one of the kind (float, int,
         bool) of ``in_dtypes()[k]``; lowering and loading refuse any other with ``DTypeError``."""
-        return DTYPE_KINDS.get(dtype) == DTYPE_KINDS.get(self.in_dtypes()[k])
+        return to_dtype(dtype).kind == to_dtype(self.in_dtypes()[k]).kind
+
+    def refusal(self, k: int, dtype: str) -> tuple[str, str]:
+        """(why input ``k`` refuses ``dtype``, the fix): the words of lowering's ``DTypeError``
+        when ``accepts`` says no."""
+        want = self.in_dtypes()[k]
+        return (
+            f"takes {want} data",
+            f"feed it a {want} value (integer ids go only to ops.embedding)",
+        )
+
+    def float_format(self, in_dtypes: tuple[str, ...]) -> DType | None:
+        """The one format every float input must have (formats meet only at ``ops.cast``):
+        ``dtype`` when set; float32 for an op with parameters (they are float32); else the
+        format of the first float input. ``None`` lets inputs differ (a conversion)."""
+        if self.dtype is not None:
+            return self.dtype
+        if self.params():
+            return float32
+        floats = [to_dtype(d) for d in in_dtypes if to_dtype(d).kind == "float"]
+        return floats[0] if floats else None
 
     def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
         """Element types of the outputs given those of the inputs."""
-        floats = [d for d in in_dtypes if d.startswith(("float", "bfloat"))]
-        return (floats[0] if floats else "float32",) * len(self.signature()[1])
+        if self.dtype is not None:
+            return (self.dtype,) * len(self.signature()[1])
+        floats = [d for d in in_dtypes if to_dtype(d).kind == "float"]
+        return (floats[0] if floats else float32,) * len(self.signature()[1])
 
     # -- display --------------------------------------------------------------------------------
     @property

@@ -13,27 +13,38 @@ from typing import Any
 import numpy as np
 
 from ncd.axis import show
+from ncd.dtypes import DType
+from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DTypeError, ParameterError, SizeError
 from ncd.sizes import check_bytes, memory_limit
 
 __all__ = ["init"]
 
 
-def init(model: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str, np.ndarray]:
-    """Fresh parameters for a fully sized model, as ``{name: array}`` in graph order."""
-    from ncd._term import check_seed, graph_of
+def init(model: Any, seed: int = 0, dtype: Any = None) -> dict[str, np.ndarray]:
+    """Fresh parameters for a fully sized model, as ``{name: array}`` in graph order.
 
-    graph = graph_of(model, "ncd.init")
+    Each array is in its parameter's format (float32, or the format of a ``.cast`` model:
+    ``ml_dtypes.bfloat16`` arrays for ``m.cast(ncd.bfloat16)``); ``dtype`` overrides it for every
+    parameter (``np.float64`` for a float64 ground truth). Values are drawn in float64 and
+    rounded once."""
+    from ncd.axis import check_seed
+    from ncd.graph import as_graph
+
+    graph = as_graph(model, "ncd.init")
     rng = np.random.default_rng(check_seed(seed, "ncd.init"))
-    try:
-        float_type = np.dtype(dtype).kind == "f"
-    except TypeError:
-        float_type = False
-    if not float_type:
-        raise DTypeError(
-            f"ncd.init: dtype must be a float type, got {show(dtype)}. Fix: pass "
-            "dtype=np.float32 (or np.float64)."
-        )
+    override: DType | None = None
+    if dtype is not None:
+        try:
+            override = to_dtype(dtype)
+        except DTypeError:
+            override = None
+        if override is None or override.kind != "float":
+            raise DTypeError(
+                f"ncd.init: dtype must be a float type, got {show(dtype)}. Fix: pass "
+                "dtype=np.float32 (or np.float64, ncd.bfloat16...), or leave it out for each "
+                "parameter's own format."
+            )
     out: dict[str, np.ndarray] = {}
     limit = memory_limit()
     for name, p in graph.params().items():
@@ -58,5 +69,7 @@ def init(model: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str, np.nda
                 f"parameter {name}: unknown initialiser {p.init!r}. Fix: use "
                 "normal, uniform_fan_in, ones or zeros."
             )
-        out[name] = arr.astype(dtype)
+        fmt = p.dtype if override is None else override
+        with np.errstate(over="ignore"):
+            out[name] = arr.astype(fmt.numpy)
     return out

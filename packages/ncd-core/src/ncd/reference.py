@@ -15,6 +15,8 @@ import attrs
 import numpy as np
 
 from ncd.axis import Axis, dtype_bytes
+from ncd.dtypes import FORMATS, DType, float64
+from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DTypeError, IndexRangeError, ParameterError, SizeError
 from ncd.graph import Graph, Node
 from ncd.op import Op, registrar
@@ -229,7 +231,14 @@ def _view(op: L.View, xs: list[Array], p: dict[str, Array], ctx: Context) -> lis
 
 @reference_rule(L.Constant)
 def _constant(op: L.Constant, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
-    return [np.full(tuple(ctx.size(a) for a in op.axes_), op.value, dtype=np.float32)]
+    shape = tuple(ctx.size(a) for a in op.axes_)
+    return [np.full(shape, op.value, dtype=op.format.accumulate.numpy)]
+
+
+@reference_rule(L.Cast)
+def _cast(op: L.Cast, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return [xs[0].astype(op.to.numpy)]
 
 
 @reference_rule(L.Learned)
@@ -283,10 +292,10 @@ def evaluate(
     env: dict[int, Array] = dict(zip(graph.inputs, inputs, strict=True))
     for i, node in enumerate(graph.nodes):
         xs = [
-            _arrange(env[v], graph.values[v].axes, node.loop, core)
+            _upcast(_arrange(env[v], graph.values[v].axes, node.loop, core), graph.values[v].dtype)
             for v, core in zip(node.inputs, node.core_in, strict=True)
         ]
-        ps = {p.name: params[name] for name, p in node.params()}
+        ps = {p.name: _upcast(params[name], p.dtype) for name, p in node.params()}
         outs = node_hook(i, node, xs, ps, ctx) if node_hook is not None else None
         if outs is None:
             rule = table.get(type(node.op))
@@ -295,11 +304,34 @@ def evaluate(
             outs = rule(node.op, xs, ps, ctx)
         for v, y in zip(node.outputs, outs, strict=True):
             shape = graph.shape(v)
-            y = np.asarray(y)
+            y = _round(np.asarray(y), graph.values[v].dtype)
             if y.shape != shape:
                 y = np.broadcast_to(y, shape)
             env[v] = y
     return [env[v] for v in graph.outputs]
+
+
+def _upcast(x: Array, fmt: DType) -> Array:
+    """An array of a reduced format (bf16, fp16, fp8) in its accumulation type: every op
+    computes there, as hardware does."""
+    if fmt.reduced and x.dtype != fmt.accumulate.numpy:
+        return x.astype(fmt.accumulate.numpy)
+    return x
+
+
+def _round(y: Array, fmt: DType) -> Array:
+    """An op's result in its wire's format: reduced formats round to nearest even (ml_dtypes;
+    overflow gives inf, or NaN where the format has no inf); a float64 wire holds float64. A
+    float32 wire keeps what the op computed, so float64 arrays fed to a float32 model still run
+    in float64 (the ground truth of ``ncd.testing``)."""
+    if fmt.reduced:
+        if y.dtype != fmt.numpy:
+            with np.errstate(over="ignore", invalid="ignore"):
+                return y.astype(fmt.numpy)
+        return y
+    if fmt == float64 and y.dtype != fmt.numpy and y.dtype.kind in "fiub":
+        return y.astype(np.float64)
+    return y
 
 
 Casting = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
@@ -330,17 +362,8 @@ _NEVER_KINDS = {
     "m": "timedelta",
 }
 
-#: wire dtype -> the numpy dtype arrays are checked against (None: numpy has none; any float).
-_NUMPY_DTYPES: dict[str, np.dtype[Any] | None] = {
-    "float64": np.dtype(np.float64),
-    "float32": np.dtype(np.float32),
-    "float16": np.dtype(np.float16),
-    "bfloat16": None,
-    "float8": None,
-    "int64": np.dtype(np.int64),
-    "int32": np.dtype(np.int32),
-    "bool": np.dtype(np.bool_),
-}
+#: NumPy dtype -> ncd format, for arrays (ml_dtypes' bfloat16 and float8 have NumPy kind "V").
+_FORMAT_OF: dict[np.dtype[Any], DType] = {t.numpy: t for t in FORMATS.values()}
 
 
 def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
@@ -348,17 +371,20 @@ def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
 
     Complex, object, string and void arrays, and floats fed to integer wires, are refused
     whatever ``cast`` says (they would lose their imaginary part, become NaN, or be truncated).
+    Otherwise ``numpy.can_cast`` decides, with ml_dtypes' rules for bfloat16 and float8: a
+    bfloat16 array fits a float32 wire even under ``"safe"``, while a float32 array on a
+    bfloat16 wire is refused under ``"safe"`` and rounded (``to_wire``) under ``"same_kind"``.
     """
     dt = array.dtype
-    target = _NUMPY_DTYPES.get(wire)
-    integral = wire.startswith(("int", "bool"))
-    if dt.kind in _NEVER_KINDS:
+    fmt = to_dtype(wire)
+    target = fmt.numpy
+    src = _FORMAT_OF.get(dt)
+    integral = fmt.kind != "float"
+    if src is None and dt.kind in _NEVER_KINDS:
         reason = f"{_NEVER_KINDS[dt.kind]} data has no {wire} value"
-    elif integral and dt.kind == "f":
+    elif integral and (dt.kind == "f" or (src is not None and src.kind == "float")):
         reason = "float ids would be truncated"
-    elif target is None:
-        if dt.kind in "fiub":
-            return
+    elif src is None and dt.kind not in "fiub":
         reason = f"{dt} is not numeric"
     elif not np.can_cast(dt, target, casting=cast):
         reason = f"casting {dt} to {wire} is not {cast!r}"
@@ -368,6 +394,8 @@ def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
         "pass integer ids, e.g. np.asarray(ids).astype(np.int64) after checking they are whole"
         if integral
         else f"convert it with np.asarray(x, dtype=np.{wire})"
+        if fmt.numpy.kind == "f" and fmt.numpy.type.__module__ == "numpy"
+        else f"convert it with x.astype(ml_dtypes.{fmt.numpy.name}) (rounds to nearest even)"
     )
     raise DTypeError(f"{what} has dtype {dt}, but its wire is {wire}: {reason}. Fix: {fix}.")
 
@@ -375,10 +403,16 @@ def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
 def to_wire(array: Array, wire: str) -> Array:
     """``array`` as a float wire takes it: integers, bools and narrower floats become the wire's
     dtype (so every backend computes in it, not in NumPy's promotion of the input); a wider
-    float, e.g. float64 on a float32 wire, runs as given. Other arrays are returned as they are."""
-    target = _NUMPY_DTYPES.get(wire)
-    if target is None or target.kind != "f" or array.dtype == target:
+    float, e.g. float64 on a float32 wire, runs as given. A reduced wire (bf16, fp16, fp8) holds
+    its own format only: anything else is rounded to it (``check_dtype`` under ``"safe"``
+    refuses what would round). Other arrays are returned as they are."""
+    fmt = to_dtype(wire)
+    target = fmt.numpy
+    if fmt.kind != "float" or array.dtype == target:
         return array
+    if fmt.reduced:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return array.astype(target)
     if array.dtype.kind == "f" and array.dtype.itemsize >= target.itemsize:
         return array
     return array.astype(target)
@@ -421,10 +455,15 @@ def prepare(
     Every array is checked against its wire's dtype with ``numpy.can_cast(..., casting=cast)``
     (backends that run only their built dtype pass ``cast="safe"``), and index inputs (see
     ``INDEX_RULES``) against their table's axis: ``DTypeError`` / ``IndexRangeError`` otherwise.
+    Parameters are checked against their own format (``Param.dtype``). On a reduced wire
+    (bf16, fp16, fp8) an array of that format is taken as it is; under ``"same_kind"`` (the
+    default, ``ncd.run``) any other float or integer array is rounded to the wire's format,
+    under ``"safe"`` it is refused. Float32 and float64 wires behave as before: a wider float
+    array runs as given, a narrower one is widened.
     """
-    from ncd._term import graph_of
+    from ncd.graph import as_graph
 
-    graph = graph_of(model, "running")
+    graph = as_graph(model, "running")
     arrays = [_as_array(x, f"input {k}") for k, x in enumerate(inputs)]
     if len(arrays) != len(graph.inputs):
         raise SizeError(f"the model takes {len(graph.inputs)} input(s), got {len(arrays)}")
@@ -486,8 +525,8 @@ def prepare(
                 f"parameter {n} must have shape {shape} (axes {[a.name for a in p.axes]}), "
                 f"got {arr.shape}"
             )
-        check_dtype(arr, "float32", f"parameter {n}", cast)
-        out_params[n] = to_wire(arr, "float32")
+        check_dtype(arr, p.dtype, f"parameter {n} ({p.dtype.name})", cast)
+        out_params[n] = to_wire(arr, p.dtype)
     return graph, arrays, out_params
 
 
@@ -516,7 +555,7 @@ def run(
 
     Free sizes are read from the input shapes. Returns one array, or a tuple for several outputs.
     """
-    from ncd._term import check_seed
+    from ncd.axis import check_seed
 
     check_seed(seed, "ncd.run")
     graph, arrays, ps = prepare(model, inputs, params)

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from ncd.axis import ArrayType, Axis
+from ncd.canonical import op_fields
 from ncd.errors import DefinitionError, NcdError, SerializationError
 from ncd.graph import Graph, Node, Scope
 from ncd.op import OP_KINDS, Op
@@ -34,22 +35,14 @@ def graph_to_dict(graph: Graph) -> dict[str, Any]:
         key = (tuple(axis_index[a.uid] for a in t.axes), t.dtype)
         values.append(types.setdefault(key, len(types)))
 
-    def field_value(depth: int | None, value: Any) -> Any:
-        if depth == 1:
-            return axis_index[value.uid]
-        if depth == 2:
-            return [axis_index[a.uid] for a in value]
-        if depth == 3:
-            return [[axis_index[a.uid] for a in g] for g in value]
-        return list(value) if isinstance(value, tuple) else value
+    def number(a: Axis) -> int:
+        return axis_index[a.uid]
 
     nodes = []
     for n in graph.nodes:
-        fields = {
-            f.name: field_value(f.metadata.get("axes"), getattr(n.op, f.name))
-            for f in attrs.fields(type(n.op))
-            if f.name != "name"
-        }
+        fields = op_fields(n.op, number)
+        if fields.get("dtype", "") is None:
+            del fields["dtype"]  # an op without a format of its own: JSON as before formats
         nodes.append(
             {
                 "kind": n.op.kind,
@@ -258,6 +251,8 @@ def _node(r: _Reader, n: Any, where: str, axes: list[Axis], nv: int, ns: int) ->
         )
     fields = r.obj(n["fields"], f"{where}.fields", ())
     spec = {f.name: f for f in attrs.fields(cls) if f.name != "name"}
+    if "dtype" in spec and "dtype" not in fields:
+        fields = {**fields, "dtype": None}  # written by an ncd without formats, or format-less
     if set(fields) != set(spec):
         raise r.fail(f"{where}.fields", f"{kind} takes fields {sorted(spec)}, got {sorted(fields)}")
     kwargs: dict[str, Any] = {}

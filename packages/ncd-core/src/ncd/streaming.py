@@ -103,6 +103,7 @@ def _normaliser(op: Op, axis: Axis) -> str:
     L.Binary,
     L.Scalar,
     L.Dropout,
+    L.Cast,
 )
 def _mapped(op: Op, axis: Axis) -> str:
     # Scale reads only the size of its axes; masks, sources and lookups keep indices.

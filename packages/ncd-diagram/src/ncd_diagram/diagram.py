@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ncd.graph import Graph
+from ncd.graph import Graph, Model
 from ncd.kernel import FusionPlan
 from ncd_diagram.errors import DiagramError
 from ncd_diagram.kernels import PlanView
@@ -28,11 +28,9 @@ ENGINES = ("graphviz", "native")
 
 
 def _graph_of(model: Any) -> Graph:
-    from ncd._term import Term
-
     if isinstance(model, Graph):
         return model
-    if isinstance(model, Term):
+    if isinstance(model, Model):
         return model.graph
     raise DiagramError(f"expected an ncd model (a Term or Graph), got {type(model).__name__}")
 

@@ -1,9 +1,12 @@
-"""A kernel schedule (``ncd.kernel.FusionPlan``) as drawing annotations.
+"""A kernel schedule (``ncd.kernel.FusionPlan``, e.g. ``ncd.fuse(model)`` or
+``ncd.plan(model, target="opencl")``) as drawing annotations.
 
 Ops of one kernel get a dashed outline; values a kernel keeps on chip are underlaid with the
 colour of memory level 1, values that cross kernels (or the model boundary) with level 0;
-every partition of a kernel is a hexagon on its axis at each op of the kernel that loops
-over it, labelled ``g``/``s`` (group/stream) and its level.
+every partition in force in a kernel's schedule (``kernel.schedule.partitions``: the planner's,
+with a target's choices applied) is a hexagon on its axis at each op of the kernel that loops
+over it, labelled ``g``/``s`` (group/stream) and its level; a target's choice is marked ``*``
+in its tooltip.
 """
 
 from __future__ import annotations
@@ -70,17 +73,29 @@ class PlanView:
     def _marks(self, graph: Graph) -> dict[int, list[tuple[Axis, str, str]]]:
         marks: dict[int, list[tuple[Axis, str, str]]] = {}
         for kern in self.plan.kernels:
-            for p in kern.partitions:
+            chosen = set(kern.choices)
+            for p in kern.schedule.partitions:
                 for i in kern.nodes:
                     n = graph.nodes[i]
                     if any(p.axis in graph.values[v].axes for v in (*n.inputs, *n.outputs)):
+                        star = "*" if p in chosen else ""
                         marks.setdefault(i, []).append(
-                            (p.axis, partition_label(p), f"{kern.name or 'kernel'}: {p}")
+                            (p.axis, partition_label(p), f"{kern.name or 'kernel'}: {p}{star}")
                         )
                         break
         return marks
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._dict()
+        if self.plan.target is not None:  # a target's plan: its choices are marked
+            out["target"] = self.plan.target
+            for k, row in zip(self.plan.kernels, out["kernels"], strict=True):
+                chosen = set(k.choices)
+                for p, entry in zip(k.schedule.partitions, row["partitions"], strict=True):
+                    entry["chosen"] = p in chosen
+        return out
+
+    def _dict(self) -> dict[str, Any]:
         return {
             "kernels": [
                 {
@@ -96,7 +111,7 @@ class PlanView:
                             "level": p.level,
                             "tail": p.tail,
                         }
-                        for p in k.partitions
+                        for p in k.schedule.partitions
                     ],
                 }
                 for k in self.plan.kernels

@@ -17,7 +17,8 @@ import attrs
 
 from ncd.axis import Axis
 from ncd.graph import Graph, Node
-from ncd.ops import Einsum, Linear, Reduce, View
+from ncd.primitives.library import Einsum, Linear, Reduce, View
+from ncd.walk import boundary
 
 __all__ = ["TIMES", "Block", "Item", "OpBox", "Repeat", "build"]
 
@@ -195,21 +196,8 @@ def _op_box(graph: Graph, i: int) -> OpBox:
 
 
 def _io(graph: Graph, nodes: list[int]) -> tuple[list[int], list[int]]:
-    members = set(nodes)
-    produced = {v for i in nodes for v in graph.nodes[i].outputs}
-    reads: dict[int, None] = {}
-    for i in nodes:
-        for v in graph.nodes[i].inputs:
-            if v not in produced:
-                reads.setdefault(v)
-    outs = set(graph.outputs)
-    writes = [
-        v
-        for i in nodes
-        for v in graph.nodes[i].outputs
-        if v in outs or any(c not in members for c in graph.consumers[v])
-    ]
-    return list(reads), writes
+    reads, writes = boundary(graph, nodes)
+    return list(reads), list(writes)
 
 
 def _signature(graph: Graph, block: Block) -> Hashable:

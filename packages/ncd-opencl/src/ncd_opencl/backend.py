@@ -164,6 +164,7 @@ class Compiled:
         fuse: bool | str,
         tiled: bool,
         local_memory: bool | None = None,
+        plan: Any = None,
         wide: bool = False,
         max_sizes: int = 8,
     ) -> None:
@@ -176,7 +177,7 @@ class Compiled:
         self.ctx, self.queue, self.device = get_context(device)
         if local_memory is None:  # on-chip local memory (GPUs) pays for staging; CPUs' does not
             local_memory = self.device.local_mem_type == cl.device_local_mem_type.LOCAL
-        self.gen = generate(graph, fuse=fuse, tiled=tiled, local=local_memory, wide=wide)
+        self.gen = generate(graph, fuse=fuse, tiled=tiled, local=local_memory, plan=plan, wide=wide)
         #: free sizes are kernel arguments (else every size is a constant)
         self.free = bool(graph.config().free)
         self.wide = wide
@@ -432,6 +433,7 @@ class OpenCLExecutable(Executable):
         tiled: bool = True,
         local_memory: bool | None = None,
         max_builds: int = 8,
+        plan: Any = None,
         specialise: bool = False,
         wide: bool | None = None,
     ) -> None:
@@ -449,7 +451,7 @@ class OpenCLExecutable(Executable):
                 "of these."
             )
         self.model = model
-        self.options = (device, fast_math, fuse, tiled, local_memory)
+        self.options = (device, fast_math, fuse, tiled, local_memory, plan)
         self.max_builds = max_builds
         self.specialise = bool(specialise)
         self.wide = wide
@@ -488,12 +490,17 @@ class OpenCLExecutable(Executable):
         build taking them as arguments (its 64-bit variant when the call's arrays pass
         2^31 - 1 elements), else (or with ``specialise=True``) the build for these sizes.
         Least recently used builds beyond ``max_builds`` are dropped, with their buffers."""
-        from ncd._term import graph_of
+        from ncd.graph import as_graph
         from ncd.errors import SizeError
 
         with self._lock:
-            model = graph_of(self.model, "compiling")
-            if self.specialise or not model.config().free:
+            model = as_graph(self.model, "compiling")
+            plan = self.options[-1]  # a plan of a bound graph renders that graph only
+            if (
+                self.specialise
+                or not model.config().free
+                or (plan is not None and not plan.graph.config().free)
+            ):
                 key = tuple((a.uid, graph.size(a)) for a in graph.axes)
                 self._last = self._build(key, lambda: Compiled(graph, *self.options))
                 return self._last
@@ -520,8 +527,10 @@ class OpenCLExecutable(Executable):
             return self._last
 
     def _free(self, model: Graph, wide: bool) -> Compiled:
-        device, fast_math, fuse, tiled, local_memory = self.options
-        return Compiled(model, device, fast_math, fuse, tiled, local_memory, wide, self.max_builds)
+        device, fast_math, fuse, tiled, local_memory, plan = self.options
+        return Compiled(
+            model, device, fast_math, fuse, tiled, local_memory, plan, wide, self.max_builds
+        )
 
     def __call__(self, *inputs: Any, params: Any = None, out: Any = None) -> Any:
         """Run on NumPy arrays. ``out``: an array (or a tuple, one per output) to write into
@@ -538,7 +547,7 @@ class OpenCLExecutable(Executable):
 
 class OpenCLBackend(Backend):
     name = "opencl"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"float32", "fused"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"float32", "fused", "plan"})
     description = "fused OpenCL C kernels built with pyopencl (PoCL's CPU device by default)"
 
     def compile(self, model: Any, **options: Any) -> Executable:
@@ -547,11 +556,35 @@ class OpenCLBackend(Backend):
         per op), ``tiled`` (use the tiled matmul template), ``local_memory`` (stage matmul
         tiles in ``__local`` memory; default: when the device's local memory is dedicated),
         ``max_builds`` (builds kept, and with free sizes the size sets whose intermediates
-        are kept; least recently used dropped; default 8), ``specialise`` (build once per
-        distinct set of sizes with every size a constant, instead of one build taking free
-        sizes as kernel arguments), ``wide`` (64-bit indices: None, when a call's arrays need
-        them (a second build); True, always; False, never: such a call is a ``SizeError``)."""
+        are kept; least recently used dropped; default 8), ``plan`` (render this plan,
+        ``ncd.plan(model, target="opencl")``: its graph must be the one each call binds, or
+        the model's own with its free sizes), ``specialise`` (build once per distinct set of
+        sizes with every size a constant, instead of one build taking free sizes as kernel
+        arguments), ``wide`` (64-bit indices: None, when a call's arrays need them (a second
+        build); True, always; False, never: such a call is a ``SizeError``)."""
         return OpenCLExecutable(model, **options)
+
+    def plan(self, graph: Any, *, tiles: Any = None, **options: Any) -> Any:
+        """The kernels ``compile`` renders for ``graph`` (``ncd.plan(model, target="opencl")``):
+        ``ncd.fuse`` split for PoCL, the templates' tiles as choices, ``tiles`` applied.
+        Options: ``fuse``, ``tiled``, ``local_memory`` (as for ``compile``; the device is not
+        asked, so ``local_memory`` defaults to False, PoCL's CPU device)."""
+        from ncd.errors import ScheduleError
+        from ncd_opencl.schedule import opencl_plan
+
+        unknown = set(options) - {"fuse", "tiled", "local_memory"}
+        if unknown:
+            raise ScheduleError(
+                f"ncd.plan(target='opencl') got unknown option(s) {', '.join(sorted(unknown))}. "
+                "Fix: use fuse=, tiled= or local_memory=."
+            )
+        return opencl_plan(
+            graph,
+            options.get("fuse", True),
+            options.get("tiled", True),
+            bool(options.get("local_memory", False)),
+            tiles,
+        )
 
 
 class OpenCLSourceExporter(Exporter):

@@ -18,7 +18,7 @@ from ncd.codegen.vector import vector_template
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan
 from ncd_opencl.dialect import OPENCL, PREAMBLE
-from ncd_opencl.plan import choose_layouts, plan_for
+from ncd_opencl.plan import choose_layouts
 
 __all__ = ["Generated", "generate", "opencl_rules"]
 
@@ -66,13 +66,40 @@ def generate(
     fuse: bool | str = True,
     tiled: bool = True,
     local: bool = False,
+    plan: FusionPlan | None = None,
+    tiles: Mapping[Any, int] | None = None,
     wide: bool = False,
 ) -> Generated:
-    """``local``: stage matmul tiles in ``__local`` memory (for devices where it is dedicated
-    on-chip memory; ``ncd_opencl.backend`` decides from the device). Sizes still free in
-    ``graph`` become kernel arguments (one program serves every length); ``wide``: 64-bit
-    indices and size arguments throughout (the build for arrays past 2^31 - 1 elements)."""
-    plan = plan_for(graph, fuse)
+    """Render ``plan`` (default: ``opencl_plan(graph, fuse, tiled, local, tiles)``, which is
+    what ``ncd.plan(model, target="opencl")`` returns). ``local``: stage matmul tiles in
+    ``__local`` memory (for devices where it is dedicated on-chip memory;
+    ``ncd_opencl.backend`` decides from the device). A plan given is rendered as it is: its
+    graph must be ``graph``, its target ``"opencl"`` or ``None`` (ncd's own plan, rendered
+    with the templates' default tiles). Sizes still free in ``graph`` become kernel
+    arguments (one program serves every length); ``wide``: 64-bit indices and size
+    arguments throughout (the build for arrays past 2^31 - 1 elements)."""
+    from ncd.errors import ScheduleError
+    from ncd_opencl.schedule import check, opencl_plan
+
+    if plan is None:
+        plan = opencl_plan(graph, fuse, tiled, local, tiles)
+    else:
+        if plan.target not in (None, "opencl"):
+            raise ScheduleError(
+                f"plan= was made for target {plan.target!r}; ncd-opencl renders plans for "
+                "'opencl' (or ncd's own). Fix: ncd.plan(model, target='opencl')."
+            )
+        if plan.graph is not graph and plan.graph != graph:
+            raise ScheduleError(
+                "plan= was made for another graph than the one compiled (other sizes or ops). "
+                "Fix: plan the bound model that runs: ncd.plan(model.bind(...), target='opencl')."
+            )
+        if tiles:
+            raise ScheduleError(
+                "generate(plan=..., tiles=...): tiles belong to the plan. Fix: "
+                "ncd.plan(model, target='opencl', tiles=...) and pass that plan."
+            )
+        check(plan, local)
     layouts = choose_layouts(plan)
     rules = opencl_rules()
     tpl = templates(tiled, local)
@@ -88,7 +115,24 @@ def generate(
             )
         seen.add(src.name)
         kernels.append(src)
-    return Generated(graph, plan, tuple(_share(kernels)), layouts)
+    return Generated(graph, _rendered(plan, kernels), tuple(_share(kernels)), layouts)
+
+
+def _rendered(plan: FusionPlan, kernels: list[KernelSource]) -> FusionPlan:
+    """The plan as rendered: a kernel whose recorded choices belong to a template that did not
+    render it (a case the planner's test of the template missed) keeps the planner's partitions
+    only, so the plan never claims tiles the source does not use."""
+    from ncd_opencl.schedule import template_of
+
+    out = []
+    changed = False
+    for k, src in zip(plan.kernels, kernels, strict=True):
+        want = template_of(k)
+        if want and want != src.style:
+            k = attrs.evolve(k, choices=())
+            changed = True
+        out.append(k)
+    return attrs.evolve(plan, kernels=out) if changed else plan
 
 
 def _canonical(src: KernelSource) -> str:

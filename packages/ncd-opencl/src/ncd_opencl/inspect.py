@@ -1,5 +1,7 @@
 """Explain and inspect: the plan of a compiled model with the bytes each kernel moves, and
-``emit`` (what ``ncd compile --target opencl --emit DIR`` writes)."""
+``emit`` (what ``ncd compile --target opencl --emit DIR`` writes). The plan shown is the one
+rendered (``Generated.plan``, what ``ncd.plan(model, target="opencl")`` returns), and the
+cost model prices that same plan, kernel for kernel, with its tiles."""
 
 from __future__ import annotations
 
@@ -49,6 +51,10 @@ def plan_dict(gen: Generated) -> dict[str, Any]:
                     for i in k.nodes
                 ],
                 "partitions": [str(p) for p in k.partitions],
+                "schedule": [
+                    {"partition": str(p), "chosen": p in set(k.choices)}
+                    for p in k.schedule.partitions
+                ],
                 "reads": [f"{v} {g.values[v]}" for v in k.inputs],
                 "writes": [f"{v} {g.values[v]}" for v in k.outputs],
                 "params": [b.param for b in src.buffers if b.param is not None],
@@ -60,11 +66,11 @@ def plan_dict(gen: Generated) -> dict[str, Any]:
             }
         )
     predicted = perf_bytes(gen)
-    for row in kernels:
-        if row["name"] in predicted:
-            row["bytes"]["ncd_perf"] = predicted[row["name"]]
+    for row, n in zip(kernels, predicted, strict=False):
+        row["bytes"]["ncd_perf"] = n
     total = sum(row["bytes"]["total"] for row in kernels)
     return {
+        "target": gen.plan.target,
         "kernels": kernels,
         "total_bytes": total,
         "boundaries": [
@@ -73,20 +79,25 @@ def plan_dict(gen: Generated) -> dict[str, Any]:
     }
 
 
-def perf_bytes(gen: Generated, machine: str = "cpu") -> dict[str, int]:
-    """Bytes per kernel at the first memory level as the ``perf`` cost model predicts them, when
-    a plugin registers one (ncd-perf: an optional companion, asked through the plugin registry,
-    never imported); ``{}`` otherwise."""
+def perf_bytes(gen: Generated, machine: str = "cpu") -> list[int]:
+    """Bytes per kernel of the rendered plan (in its order) at the first memory level as the
+    ``perf`` cost model predicts them, priced with the plan's tiles, when a plugin registers
+    one (ncd-perf: an optional companion, asked through the plugin registry, never imported);
+    ``[]`` otherwise."""
     from ncd.plugins import registry
 
     reg = registry()
     if "perf" not in reg.cost_models:
-        return {}
+        return []
     try:
         priced = reg.cost_model("perf").cost(gen.graph, machine, plan=gen.plan)
-        return {k.kernel.name: int(float(k.levels[0].bytes)) for k in priced.kernels if k.levels}
+        if len(priced.kernels) != len(gen.plan.kernels) or not all(
+            k.levels for k in priced.kernels
+        ):
+            return []
+        return [int(float(k.levels[0].bytes)) for k in priced.kernels]
     except Exception:  # a prediction is an annotation of the plan; never fail an emit for it
-        return {}
+        return []
 
 
 def emit(gen: Generated, out: str) -> list[str]:

@@ -23,6 +23,7 @@ from ncd.axis import Axis
 from ncd.codegen import KernelGen, KernelSource
 from ncd.codegen.layout import Size, ceil_div
 from ncd.primitives import library as L
+from ncd_opencl.schedule import work_group
 
 __all__ = ["tiled_template"]
 
@@ -151,8 +152,9 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                     )
                     for v in k.outputs:
                         gen.write(v, env, [])
-    gsize = (ceil_div(nb, WG_N) * WG_N, ceil_div(mb, WG_M) * WG_M)
-    src = gen.source(gsize, (WG_N, WG_M), "tiled")
+    wg_m, wg_n = work_group(k, m_axes, n_axes, (RM, RN), (WG_M, WG_N))  # the plan's tiles
+    gsize = (ceil_div(nb, wg_n) * wg_n, ceil_div(mb, wg_m) * wg_m)
+    src = gen.source(gsize, (wg_n, wg_m), "tiled")
     return src
 
 

@@ -70,8 +70,8 @@ def _inline(graph: Graph, i: int, v: int) -> bool:
     return not _heavy(node) and consumer.op.category != "contraction"
 
 
-def local_plan(graph: Graph) -> FusionPlan:
-    """Kernels rooted at every value kept in memory; each holds what it inlines."""
+def _local_groups(graph: Graph) -> list[list[int]]:
+    """The local planner's kernels as node lists: each value kept in memory roots one."""
     owner: dict[int, int] = {}  # node -> root node
     for i in reversed(range(len(graph.nodes))):
         node = graph.nodes[i]
@@ -83,16 +83,19 @@ def local_plan(graph: Graph) -> FusionPlan:
     groups: dict[int, list[int]] = {}
     for i in range(len(graph.nodes)):
         groups.setdefault(owner[i], []).append(i)
-    kernels = []
-    for root in sorted(groups):
-        nodes = groups[root]
-        ins, outs = kernel_io(graph, nodes)
-        kernels.append(
-            Kernel(
-                graph, nodes, ins, outs, _partitions(graph, nodes, outs), _name(graph, nodes, root)
-            )
-        )
-    return FusionPlan(graph, kernels, ())
+    return [groups[root] for root in sorted(groups)]
+
+
+def _local_kernel(graph: Graph, nodes: list[int]) -> Kernel:
+    ins, outs = kernel_io(graph, nodes)
+    return Kernel(
+        graph, nodes, ins, outs, _partitions(graph, nodes, outs), _name(graph, nodes, max(nodes))
+    )
+
+
+def local_plan(graph: Graph) -> FusionPlan:
+    """Kernels rooted at every value kept in memory; each holds what it inlines."""
+    return FusionPlan(graph, [_local_kernel(graph, nodes) for nodes in _local_groups(graph)], ())
 
 
 def _partitions(graph: Graph, nodes: list[int], outs: tuple[int, ...]) -> list[Partition]:
@@ -136,20 +139,20 @@ def split_sum_streams(plan: FusionPlan, graph: Graph) -> FusionPlan:
     planner's kernels for the same nodes. On PoCL's CPU device a work-item carrying a whole
     output row of accumulators ran 8x slower than one work-item per output element (measured
     on the MLP, docs/opencl.md); normalised contractions (attention) keep their stream."""
-    local = None
+    groups: list[list[int]] | None = None
     kernels: list[Kernel] = []
     for k in plan.kernels:
         kinds = set(k.accumulators().values()) if k.streamed else set()
         if not k.streamed or kinds & {"online_softmax", "l2"}:
             kernels.append(k)
             continue
-        local = local or local_plan(graph)
+        groups = _local_groups(graph) if groups is None else groups
         members = set(k.nodes)
-        parts = [lk for lk in local.kernels if set(lk.nodes) <= members]
-        if sorted(i for lk in parts for i in lk.nodes) != sorted(members):
+        parts = [nodes for nodes in groups if set(nodes) <= members]
+        if sorted(i for nodes in parts for i in nodes) != sorted(members):
             kernels.append(k)
             continue
-        kernels.extend(parts)
+        kernels.extend(_local_kernel(graph, nodes) for nodes in parts)
     return FusionPlan(graph, kernels, plan.boundaries)
 
 

@@ -18,6 +18,7 @@ from ncd.graph import Node
 from ncd.op import Op, registrar
 from ncd.primitives import library as L
 from ncd.primitives import routing as R
+from ncd.walk import rule_for
 
 __all__ = ["FLOP_RULES", "flops"]
 
@@ -65,6 +66,11 @@ def _unary(op: L.Unary, node: Node, size: Size) -> dict[str, sp.Expr]:
 @rule(L.Binary, L.Scalar, L.Scale, L.CausalMask, L.Dropout)
 def _elementwise(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
     return {"vector": _out(node, size)}
+
+
+@rule(L.Cast)
+def _cast(op: L.Cast, node: Node, size: Size) -> dict[str, sp.Expr]:
+    return {"vector": _out(node, size)}  # one conversion per element
 
 
 @rule(L.Reduce)
@@ -121,7 +127,7 @@ def _experts(op: R.Experts, node: Node, size: Size) -> dict[str, sp.Expr]:
 
 def flops(node: Node, size: Size) -> dict[str, sp.Expr]:
     """``{kind: count}`` for one node (an op without a rule counts one vector op per output)."""
-    fn = FLOP_RULES.get(type(node.op))
+    fn = rule_for(FLOP_RULES, node.op)
     if fn is None:
         return {"vector": _out(node, size)} if node.core_out else {}
     return {k: v for k, v in fn(node.op, node, size).items() if v != 0}

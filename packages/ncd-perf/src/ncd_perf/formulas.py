@@ -74,7 +74,7 @@ class KernelFormulas:
         graph = self.graph = kernel.graph
         self.alias = {a: kernel.aliases.get(a, a) for a in kernel.axes()}
         root = self.root
-        level0 = kernel.partitions_at(0)
+        level0 = kernel.schedule.at(0)  # the partitions in force (a target's choices too)
         if level0:
             self.groups = list(dict.fromkeys(root(p.axis) for p in level0 if p.kind == "group"))
             streams = [p.axis for p in level0 if p.kind == "stream"]
@@ -84,11 +84,12 @@ class KernelFormulas:
         self.stream: Axis | None = streams[0] if streams else None
         if self.stream is None and optional_stream:
             self.stream = self._optional_stream()
-        self.kinds = (
-            analyse_stream(graph, kernel.nodes, self.stream, kernel.outputs).kinds
-            if self.stream is not None
-            else {}
-        )
+        if self.stream is not None and self.stream == kernel.schedule.streamed:
+            self.kinds = dict(kernel.schedule.accumulators)  # analysed once, by the kernel
+        elif self.stream is not None:
+            self.kinds = analyse_stream(graph, kernel.nodes, self.stream, kernel.outputs).kinds
+        else:
+            self.kinds = {}
         names: dict[str, int] = {}
         self.tiles: dict[Axis, sp.Symbol] = {}
         for g in self.groups:

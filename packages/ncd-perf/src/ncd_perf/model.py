@@ -17,7 +17,7 @@ import attrs
 import sympy as sp
 
 from ncd.fusion import fuse as plan_fusion
-from ncd.graph import Graph
+from ncd.graph import Graph, as_graph
 from ncd.kernel import FusionPlan, Kernel, unfused
 from ncd_perf.distributed import Collective, collectives
 from ncd_perf.flops import flops
@@ -141,19 +141,13 @@ def _key(kernel: Kernel) -> tuple[Any, ...]:
         tuple((n.op, n.loop, tuple(g.values[v] for v in n.inputs)) for n in kernel.ops),
         tuple(g.values[v] for v in kernel.inputs),
         tuple(g.values[v] for v in kernel.outputs),
-        kernel.partitions,
+        kernel.schedule.partitions,
     )
 
 
 def _graph(model: Any, bind: Mapping[str, int] | None) -> Graph:
-    from ncd._term import Term
-
-    if isinstance(model, Term):
-        model = model.bind(**bind) if bind else model
-        return model.graph
-    if isinstance(model, Graph):
-        return model.bind(**bind) if bind else model
-    raise TypeError(f"expected an ncd model or graph, got {type(model).__name__}")
+    graph = as_graph(model, "ncd_perf.cost")
+    return graph.bind(**bind) if bind else graph
 
 
 def cost(
@@ -220,14 +214,28 @@ def _flops(kernel: Kernel, size: Any) -> dict[str, sp.Expr]:
     return total
 
 
-def _given_tiles(f: KernelFormulas) -> dict[sp.Symbol, sp.Expr]:
-    """Int tiles the kernel's level-0 partitions already fix (a code generator's schedule):
-    priced as given instead of chosen."""
+def _given_tiles(f: KernelFormulas, level: int, levels: int) -> dict[sp.Symbol, sp.Expr]:
+    """Int group tiles the kernel's schedule fixes for machine level ``level`` (1 = the first
+    below the backing store, of ``levels``): priced as given instead of chosen. The schedule's
+    innermost level (a work-item's block) prices the machine's innermost level, its level 0 (a
+    work-group) the levels outside; a kernel with level-0 tiles only is priced with them at
+    every level. Tiles the schedule leaves open are ``choose_tiles``'s."""
+    sched = f.kernel.schedule
+    ints = [
+        (p, p.tile)
+        for p in sched.partitions
+        if p.kind == "group" and isinstance(p.tile, int) and f.root(p.axis) in f.tiles
+    ]
+    deepest = max((p.level for p, _ in ints), default=0)
+    want = max(0, deepest - (levels - level))
     out: dict[sp.Symbol, sp.Expr] = {}
-    for p in f.kernel.partitions_at(0):
-        root = f.root(p.axis)
-        if p.kind == "group" and root in f.tiles and isinstance(p.tile, int):
-            out[f.tiles[root]] = sp.Min(sp.Integer(p.tile), f.size(root))
+    for lv in range(want + 1):  # an outer level's tile holds where the inner one is open
+        here: dict[sp.Symbol, sp.Expr] = {}
+        for p, tile in sorted(ints, key=lambda pt: pt[0].axis == f.root(pt[0].axis)):
+            if p.level == lv:  # sorted: the root's own partition last, so it wins
+                root = f.root(p.axis)
+                here[f.tiles[root]] = sp.Min(sp.Integer(tile), f.size(root))
+        out.update(here)
     return out
 
 
@@ -235,9 +243,10 @@ def _levels(f: KernelFormulas, machine: Machine) -> list[LevelCost]:
     h, hb = f.transfers("elements"), f.transfers("bytes")
     out = []
     upper: dict[sp.Symbol, sp.Expr] | None = None
-    given = _given_tiles(f)
-    sizes = {t: n for t, n in f.group_sizes().items() if t not in given}
+    n = len(machine.levels) - 1
     for i, lv in enumerate(machine.levels[1:], start=1):
+        given = _given_tiles(f, i, n)
+        sizes = {t: s for t, s in f.group_sizes().items() if t not in given}
         m = f.resident(lv.unit)
         if given:
             h_, m_ = h.subs(given), m.subs(given)

@@ -35,6 +35,8 @@ def table(cost: ModelCost) -> str:
     bottleneck."""
     m = cost.machine
     lines = [f"performance model on {m.name}: {len(cost.kernels)} kernel(s)"]
+    if cost.plan.target is not None:  # tiles marked given are the target's own
+        lines[0] += f" as target {cost.plan.target!r} renders them"
     head = f"{'kernel':<34} {'level':<10} {'tiles':<30} {'moved':>9} {'resident':>9} {'time':>10}"
     lines += [head, "-" * len(head)]
     for k in cost.kernels:

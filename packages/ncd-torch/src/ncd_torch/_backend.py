@@ -18,12 +18,15 @@ __all__ = ["TorchBackend", "TorchExecutable", "TorchExporter", "demo_step", "sta
 
 
 def state_dict(params: Mapping[str, Any], dtype: Any = None) -> dict[str, Any]:
-    """``{name: array}`` (e.g. ``ncd.init`` output) as tensors for ``module.load_state_dict``."""
+    """``{name: array}`` (e.g. ``ncd.init`` output, bf16 arrays included) as tensors for
+    ``module.load_state_dict``."""
     import torch
+
+    from ncd_torch._dtypes import to_tensor
 
     out = {}
     for name, array in params.items():
-        t = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.asarray(array))
+        t = array if isinstance(array, torch.Tensor) else to_tensor(array)
         out[name] = t if dtype is None else t.to(dtype)
     return out
 
@@ -44,15 +47,14 @@ class TorchExecutable(Executable):
     ) -> None:
         self.model, self.use_compile, self.training, self.device = model, compile, training, device
         self.fuse = fuse
-        self._modules: dict[str, Any] = {}
+        self._modules: dict[tuple[str, Any], Any] = {}
 
     def module_for(self, graph: Any, dtype: Any) -> Any:
         import torch
 
-        from ncd.serialize import to_json
         from ncd_torch._export import to_module
 
-        key = f"{dtype}:{to_json(graph)}"
+        key = (str(dtype), graph.key)
         if key not in self._modules:
             module = (
                 to_module(graph, dtype=dtype, fuse=self.fuse).to(self.device).train(self.training)
@@ -64,23 +66,31 @@ class TorchExecutable(Executable):
         import torch
 
         from ncd.reference import prepare
+        from ncd_torch._dtypes import check_formats, format_of, to_numpy, to_tensor
 
         graph, arrays, ps = prepare(self.model, inputs, params)
-        floats = [a.dtype for a in (*arrays, *ps.values()) if np.issubdtype(a.dtype, np.floating)]
-        dtype = torch.float64 if floats and floats[0] == np.float64 else torch.float32
+        check_formats(graph)
+        dtype: Any = None  # a cast model: every parameter in its own format
+        if format_of(graph) is None and not any(
+            p.dtype != "float32" for p in graph.params().values()
+        ):
+            floats = [
+                a.dtype for a in (*arrays, *ps.values()) if np.issubdtype(a.dtype, np.floating)
+            ]
+            dtype = torch.float64 if floats and floats[0] == np.float64 else torch.float32
         module, run = self.module_for(graph, dtype)
         module.load_state_dict(state_dict(ps, dtype))
         with torch.no_grad():
-            outs = run(*(torch.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in arrays))
+            outs = run(*(to_tensor(a).to(self.device) for a in arrays))
         outs = outs if isinstance(outs, tuple) else (outs,)
-        result = [o.detach().cpu().numpy() for o in outs]
+        result = [to_numpy(o) for o in outs]
         return result[0] if len(result) == 1 else tuple(result)
 
 
 class TorchBackend(Backend):
     name = "torch"
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"float32", "float64", "training", "gradients"}
+        {"float32", "float64", "float16", "bfloat16", "training", "gradients"}
     )
     description = "PyTorch: the model exported as a torch.fx GraphModule (ncd-torch)"
 

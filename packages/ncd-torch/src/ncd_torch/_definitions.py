@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch.nn.functional as F
 
-from ncd import ops as L
 from ncd.graph import Graph, Node
+from ncd.primitives import library as L
 
 if TYPE_CHECKING:
     from ncd_torch._export import Emitter

@@ -20,9 +20,11 @@ from torch import fx, nn
 
 from ncd.axis import Axis
 from ncd.errors import CompileError, SizeError
-from ncd.graph import Graph, Node
+from ncd.graph import Graph, Node, as_graph
 from ncd.params import init
+from ncd.walk import boundary, rule_for, runs
 from ncd_torch._definitions import DEFINITION_RULES
+from ncd_torch._dtypes import check_formats, to_tensor, torch_dtype
 from ncd_torch._plan import plan_modules, scope_chain
 from ncd_torch._rules import TORCH_RULES
 
@@ -30,7 +32,7 @@ __all__ = ["Emitter", "graph_of", "to_module"]
 
 
 def graph_of(model: Any) -> Graph:
-    return model if isinstance(model, Graph) else model.graph
+    return as_graph(model, "ncd_torch.to_module")
 
 
 def _class_name(kind: str) -> str:
@@ -138,7 +140,7 @@ class Emitter:
         return x
 
     def emit(self, node: Node, rules: Mapping[type, Any]) -> None:
-        rule = rules.get(type(node.op))
+        rule = rule_for(rules, node.op)
         if rule is None:
             raise CompileError(
                 f"ncd-torch has no rule for op kind {node.op.kind!r} ({node.op.label}, built at "
@@ -187,18 +189,12 @@ class _Builder:
         em = Emitter(g, holder, path)
         for k, v in enumerate(ins):
             em.bind(v, em.fx.placeholder("x" if len(ins) == 1 else f"x{k}"))
-        pos = 0
-        while pos < len(idx):
-            child = self._child(scope, g.nodes[idx[pos]])
+        for child, run in runs(g, idx, lambda node: self._child(scope, node)):
             if child is None:
-                em.emit(g.nodes[idx[pos]], self.rules)
-                pos += 1
-                continue
-            end = pos
-            while end < len(idx) and self._child(scope, g.nodes[idx[end]]) == child:
-                end += 1
-            self._call_child(em, child, idx[pos:end])
-            pos = end
+                for i in run:
+                    em.emit(g.nodes[i], self.rules)
+            else:
+                self._call_child(em, child, run)
         results = [em.env[v] for v in outs]
         em.fx.output(results[0] if len(results) == 1 else tuple(results))
         module = fx.GraphModule(holder, em.fx, class_name=_class_name(g.scopes[scope].name))
@@ -223,16 +219,8 @@ class _Builder:
         return fx.GraphModule(em.holder, em.fx, _class_name(self.graph.scopes[scope].name))
 
     def _call_child(self, em: Emitter, child: int, run: list[int]) -> None:
-        g = self.graph
-        inside = set(run)
-        produced = {v for i in run for v in g.nodes[i].outputs}
-        ins: list[int] = []
-        for i in run:
-            for v in g.nodes[i].inputs:
-                if v not in produced and v not in ins:
-                    ins.append(v)
-        used_after = {v for i, n in enumerate(g.nodes) if i not in inside for v in n.inputs}
-        outs = [v for i in run for v in g.nodes[i].outputs if v in used_after or v in g.outputs]
+        reads, writes = boundary(self.graph, run)
+        ins, outs = list(reads), list(writes)
         module = self._fused(child, run, ins, outs) or self.build(child, run, ins, outs)
         rel = self.plan[child][len(em.path) + 1 :] if em.path else self.plan[child]
         _put(em.holder, rel, module)
@@ -261,7 +249,7 @@ def to_module(
     model: Any,
     *,
     params: Mapping[str, Any] | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     seed: int = 0,
     fuse: bool = True,
 ) -> fx.GraphModule:
@@ -272,8 +260,12 @@ def to_module(
     free: they are read from the input shapes at run time. The module is returned in eval mode
     (dropout off), ncd's default semantics; call ``.train()`` to switch dropout on.
     ``fuse=False`` writes every block op by op (no definition rules, see ``_definitions.py``).
+    Each parameter is in its own format (float32, or that of a ``.cast`` model: bfloat16,
+    float16, float64); ``dtype`` converts every parameter to one torch dtype instead. A float8
+    model is a ``DTypeError`` (torch has no float8 arithmetic).
     """
     graph = graph_of(model)
+    check_formats(graph)
     root = nn.Module()
     values = dict(init(graph, seed=seed)) if params is None else dict(params)
     wanted = graph.params()
@@ -290,9 +282,10 @@ def to_module(
         tensor = (
             array.detach().clone()
             if isinstance(array, torch.Tensor)
-            else torch.from_numpy(np.array(array))
+            else to_tensor(np.array(array))
         )
-        _put(root, name, nn.Parameter(tensor.to(dtype)))
+        target = dtype if dtype is not None else torch_dtype(wanted[name].dtype)
+        _put(root, name, nn.Parameter(tensor.to(target)))
     builder = _Builder(graph, root, _lowering_rules(), fuse)
     module = builder.build(
         0, list(range(len(graph.nodes))), list(graph.inputs), list(graph.outputs)

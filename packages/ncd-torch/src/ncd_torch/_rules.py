@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from ncd import ops as L
 from ncd.errors import SizeError
 from ncd.op import registrar
+from ncd.primitives import library as L
 from ncd_torch import _functional as fn
 
 if TYPE_CHECKING:
@@ -163,6 +163,13 @@ def _embedding(op: L.Embedding, xs: list[Node], ps: dict[str, Node], em: Emitter
     if len(op.out_axes) == 1:
         return [em.call(F.embedding, xs[0], ps["weight"])]
     return [em.call(operator.getitem, ps["weight"], xs[0])]
+
+
+@torch_rule(L.Cast)
+def _cast(op: L.Cast, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    from ncd_torch._dtypes import torch_dtype
+
+    return [em.method(xs[0], "to", torch_dtype(op.to, f"{op.label}'s target"))]
 
 
 @torch_rule(L.Dropout)

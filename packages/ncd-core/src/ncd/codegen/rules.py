@@ -106,6 +106,13 @@ def _dropout(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     return _ins(gen, node, index)  # inference: the identity (training is not compiled)
 
 
+@codegen_rule(L.Cast)
+def _cast(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    # Arithmetic runs in float32; a format is how a wire is stored, so converting a value is
+    # the identity here and the rounding happens where the value is stored.
+    return _ins(gen, node, index)
+
+
 @codegen_rule(L.CausalMask)
 def _causal(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.CausalMask = node.op  # type: ignore[assignment]

@@ -341,8 +341,10 @@ def _rows_template(
     w, rule = gen.w, STREAM_ACCUMULATORS[type(norm.op)]
     n = _chunk(gen, x, norm)
     row = _row_axis(gen, par, other)
-    known = gen.known(row) if row is not None else 1
-    rows = 1 if row is None else ROWS if known is None else min(ROWS, known)
+    chosen = gen.kernel.chosen(row, 1) if row is not None else None  # the plan's rows
+    known = gen.known(row) if row is not None else 1  # a run-time length: rows are clamped
+    want = chosen or ROWS
+    rows = 1 if row is None else want if known is None else min(want, known)
     env, total = gen.open_grid(par, {row: rows} if row is not None and rows > 1 else None)
     envs = [env]
     if row is not None and rows > 1:

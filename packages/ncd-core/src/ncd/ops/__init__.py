@@ -18,6 +18,7 @@ from ncd.primitives.library import (
     REDUCE_FNS,
     UNARY_FNS,
     Binary,
+    Cast,
     CausalMask,
     Constant,
     Dropout,
@@ -42,6 +43,7 @@ __all__ = [
     "REDUCE_FNS",
     "UNARY_FNS",
     "Binary",
+    "Cast",
     "CausalMask",
     "Constant",
     "Dropout",
@@ -64,6 +66,7 @@ __all__ = [
     "abs",
     "add",
     "binary",
+    "cast",
     "causal_mask",
     "constant",
     "div",
@@ -365,6 +368,15 @@ def embedding(
             )
         return prim(Embedding(table[0], n.axes(right), name=name))
     return prim(Embedding(n.axis(spec), n.axes(out), name=name))
+
+
+def cast(to: object, *, source: object = None, name: str = "") -> Term:
+    """Convert one value to the format ``to`` (``ncd.bfloat16``, ``"float32"``, ``np.float16``),
+    elementwise; the only place two formats meet. Floats round to nearest even; integers and
+    bools become floats or wider integers; float -> integer, narrowing integer casts and casts
+    to bool are refused. ``source`` is the format read when the cast is a model's first op
+    (float32 by default)."""
+    return prim(Cast(to, dtype=source, name=name))
 
 
 def dropout(p: float = 0.1, *, name: str = "") -> Term:

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import attrs
 
 __all__ = [
+    "PLANS",
     "Backend",
     "Command",
     "CostModel",
@@ -28,8 +29,13 @@ class Executable(abc.ABC):
     def __call__(self, *inputs: Any, params: Any = None) -> Any: ...
 
 
+#: the capability of a backend that plans its own kernels (``Backend.plan``, ``ncd.plan``)
+PLANS = "plan"
+
+
 class Backend(abc.ABC):
     """An executable target. ``capabilities`` may hold ``float64``, ``training``, ``gpu``...
+    and ``"plan"`` (``PLANS``): the backend plans its kernels itself (``plan``).
     ``override = True`` declares that it is meant to replace a built-in backend of the same name
     (it then also needs the user's ``NCD_PLUGIN_PREFER=name=distribution``; the same holds for
     every kind of registration, see ``ncd.plugins.precedence``)."""
@@ -42,6 +48,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def compile(self, model: Any, **options: Any) -> Executable:
         """Turn a model (a term) into an executable for this target."""
+
+    def plan(self, graph: Any, *, tiles: Any = None, **options: Any) -> Any:
+        """The ``ncd.kernel.FusionPlan`` (``target`` = this backend's name) this backend renders
+        for ``graph``, its own tile choices recorded as ``Kernel.choices`` and ``tiles``
+        (``ncd.planning.apply_tiles``) applied. Only called when ``capabilities`` holds
+        ``"plan"``; ``compile(model, plan=...)`` then renders exactly that plan."""
+        raise NotImplementedError(f"backend {self.name!r} does not plan its kernels")
 
 
 class Exporter(abc.ABC):

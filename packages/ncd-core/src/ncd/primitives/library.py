@@ -8,7 +8,9 @@ from typing import ClassVar
 import attrs
 
 from ncd.axis import Axis
-from ncd.errors import DefinitionError
+from ncd.dtypes import DType
+from ncd.dtypes import dtype as to_dtype
+from ncd.errors import DefinitionError, DTypeError
 from ncd.op import (
     Op,
     Param,
@@ -28,6 +30,7 @@ __all__ = [
     "REDUCE_FNS",
     "UNARY_FNS",
     "Binary",
+    "Cast",
     "CausalMask",
     "Constant",
     "Dropout",
@@ -349,7 +352,62 @@ class Embedding(Op):
         return ("int64",)
 
     def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
-        return ("float32",)
+        return (self.format,)
+
+
+def _cast_target(value: object) -> DType:
+    fmt = to_dtype(value)
+    if fmt.kind == "bool":
+        raise DTypeError(
+            "ops.cast(ncd.bool): a cast to bool would have to choose a threshold. Fix: keep the "
+            "value a float (a 0/1 mask multiplies like a bool), or feed bool data as a bool input."
+        )
+    return fmt
+
+
+@register_op
+@attrs.frozen
+class Cast(Op):
+    """Convert a value to the format ``to``: floats round to nearest even (overflow gives inf,
+    or NaN in float8_e4m3, which has no inf), integers and bools become floats or wider
+    integers. Float to integer and narrowing integer casts are refused at lowering: truncation
+    and wrap-around would change values silently. The only place two formats meet."""
+
+    kind: ClassVar[str] = "cast"
+    category: ClassVar[str] = "elementwise"
+    to: DType = attrs.field(converter=_cast_target)
+
+    def signature(self) -> Signature:
+        return ((),), ((),)
+
+    def accepts(self, k: int, dtype: str) -> bool:
+        src = to_dtype(dtype)
+        if self.to.kind == "float":
+            return True
+        return src.kind != "float" and src.itemsize <= self.to.itemsize
+
+    def refusal(self, k: int, dtype: str) -> tuple[str, str]:
+        src = to_dtype(dtype)
+        if src.kind == "float":
+            return (
+                f"converts to {self.to.name}, and a float has no exact {self.to.name} value "
+                "(truncation, NaN and inf would change it silently)",
+                "keep the value a float, or feed integer data (token ids) as an int64 input",
+            )
+        return (
+            f"converts to {self.to.name}, narrower than {src.name} (values would wrap around)",
+            f"cast to a format at least as wide as {src.name}",
+        )
+
+    def float_format(self, in_dtypes: tuple[str, ...]) -> DType | None:
+        return None  # a conversion: the input may have any format
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        return (self.to,)
+
+    @property
+    def label(self) -> str:
+        return self.name or f"cast {self.to.name}"
 
 
 @register_op

@@ -1,0 +1,353 @@
+"""The choices ncd-opencl's templates make for a kernel, recorded in its schedule.
+
+``opencl_plan`` is what ``ncd.plan(model, target="opencl")`` returns and what ``generate``
+renders: ``plan_for`` (``ncd.fuse`` split for PoCL), then per kernel the tiles of the template
+that will render it, as ``Kernel.choices`` (see ``ncd.kernel``):
+
+- streamed normalised contraction (attention): the key chunk as the level-0 stream tile
+  (``CHUNK`` = 32 keys), the query rows each work-item takes as a level-1 group (``ROWS`` = 4);
+- tiled matmul: the work-group tile (``RM * WG_M`` = 32 rows, ``RN * WG_N`` = 16 columns) at
+  level 0 and the work-item's register block (4 x 2) at level 1, on the row axes (the Linear's
+  loop axes) and the column axes (its output axes), flattened row-major;
+- vector row kernels: the vector width (8) as a level-1 stream of the row axis.
+
+The defaults equal the templates' constants, so a plan nobody edits renders the same source as
+before. ``check`` refuses what a template cannot render (``ScheduleError`` naming the kernel,
+the axis, the tile and what the template supports), before any source is written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ncd.axis import Axis
+from ncd.errors import ScheduleError
+from ncd.graph import Graph
+from ncd.kernel import FusionPlan, Kernel, Partition
+from ncd.primitives import library as L
+
+__all__ = ["annotate", "check", "flat_tile", "opencl_plan", "template_of", "work_group"]
+
+VECTOR_WIDTH = 8  # the OpenCL dialect's vector width (ncd_opencl.dialect.OPENCL)
+MAX_WORK_GROUP = 256  # work-items per group the tiled matmul may ask for (every device has 256)
+MAX_SCORES = 4096  # private scores per work-item in the chunked attention (rows x chunk)
+
+
+def opencl_plan(
+    graph: Graph,
+    fuse: bool | str = True,
+    tiled: bool = True,
+    local: bool = False,
+    tiles: Mapping[Any, int] | None = None,
+) -> FusionPlan:
+    """The plan ncd-opencl renders for ``graph``, its template tiles recorded as choices and the
+    user's ``tiles`` (``ncd.planning.apply_tiles``) applied and checked."""
+    from ncd.planning import apply_tiles
+    from ncd_opencl.plan import choose_layouts, plan_for
+
+    base = plan_for(graph, fuse)
+    plan = annotate(base, choose_layouts(base), tiled)
+    if tiles:
+        plan = apply_tiles(plan, tiles)
+    check(plan, local)
+    return plan
+
+
+def annotate(plan: FusionPlan, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool) -> FusionPlan:
+    """``plan`` with each kernel's template tiles as its choices, marked ``target="opencl"``."""
+    kernels = []
+    for k in plan.kernels:
+        made = _choices(k, layouts, tiled)
+        kernels.append(k.with_choices(made) if made else k)
+    return FusionPlan(plan.graph, kernels, plan.boundaries, target="opencl")
+
+
+def template_of(kernel: Kernel) -> str:
+    """The template whose tiles ``kernel``'s choices are (``""``: none recorded)."""
+    levels = {(p.kind, p.level) for p in kernel.choices}
+    if ("stream", 1) in levels:
+        return "vector"
+    if ("stream", 0) in levels:
+        return "streamed"
+    if levels:
+        return "tiled"
+    return ""
+
+
+def _choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool) -> list[Partition]:
+    g = k.graph
+    if any(g.size(a) is None for a in k.axes()):
+        return []  # sizes left free: the templates decide when they are bound
+    if k.streamed:
+        return _stream_choices(k)
+    if tiled:
+        made = _matmul_choices(k, layouts)
+        if made:
+            return made
+    return _vector_choices(k, layouts)
+
+
+# -- streamed attention (ncd.codegen.stream._rows_template) -----------------------------------
+
+
+def _stream_choices(k: Kernel) -> list[Partition]:
+    from ncd.codegen.stream import CHUNK, COMPLETING, MAX_ACC_ELEMS, ROWS, STREAM_ACCUMULATORS
+
+    g, s = k.graph, k.schedule
+    x = k.streamed[0]
+    kinds = s.accumulators
+    done = [
+        i
+        for i in k.nodes
+        if kinds.get(i) in COMPLETING and isinstance(g.nodes[i].op, L.Einsum | L.Linear | L.Reduce)
+    ]
+    if len(done) != 1 or kinds[done[0]] not in ("online_softmax", "l2"):
+        return []
+    node = g.nodes[done[0]]
+    made = {v: i for i in k.nodes for v in g.nodes[i].outputs}
+    norms = [
+        v for v in node.inputs if v in made and type(g.nodes[made[v]].op) in STREAM_ACCUMULATORS
+    ]
+    if len(norms) != 1 or len(node.inputs) != 2 or _size(g, x) < 2:
+        return []
+    other = next(v for v in node.inputs if v != norms[0])
+    tile = k.tile(x)
+    chunk = max(1, min(tile if isinstance(tile, int) else CHUNK, _size(g, x)))
+    out = [Partition(x, "stream", chunk, 0)]
+    serial = {x}
+    for i in k.nodes:
+        if g.nodes[i].op.category == "normaliser":
+            serial.update(a for grp in g.nodes[i].op.signature()[0] for a in grp)
+    par = [a for a in dict.fromkeys(s.root(a) for a in k.grouped if a not in serial) if a != x]
+    free = [a for a in g.values[node.outputs[0]].axes if s.root(a) not in par]
+    if math.prod(_size(g, a) for a in free) > MAX_ACC_ELEMS:
+        return []
+    theirs = g.values[other].axes
+    for a in reversed(par):
+        if _size(g, a) > 1 and not any(b == a or s.root(b) == a for b in theirs):
+            out.append(Partition(a, "group", min(ROWS, _size(g, a)), 1))
+            break
+    return out
+
+
+# -- tiled matmul (ncd_opencl.matmul.tiled_template) ------------------------------------------
+
+
+def _matmul(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> Any:
+    """(node, row axes, column axes) when the tiled template renders ``k``, else ``None``."""
+    from ncd_opencl.matmul import RM, RN, VW
+
+    g = k.graph
+    renames = k.schedule.aliases
+    heavy = [
+        n
+        for n in k.ops
+        if n.op.category != "elementwise"
+        and not (n.op.category == "view" and n.op.out_axes[0] in renames)  # type: ignore[attr-defined]
+    ]
+    if len(heavy) != 1 or not isinstance(heavy[0].op, L.Linear):
+        return None
+    lin = heavy[0]
+    op: L.Linear = lin.op  # type: ignore[assignment]
+    x = lin.inputs[0]
+    if x in {v for n in k.ops for v in n.outputs}:
+        return None
+    m_axes, n_axes = tuple(lin.loop), op.out_axes
+    kdim = math.prod(_size(g, a) for a in op.in_axes)
+    if kdim % VW or _prod(g, m_axes) < RM or _prod(g, n_axes) < RN:
+        return None
+    full = set(m_axes) | set(n_axes)
+    if any({renames.get(a, a) for a in g.values[v].axes} != full for v in k.outputs):
+        return None
+    order = layouts.get(x, g.values[x].axes)
+    if tuple(order[len(order) - len(op.in_axes) :]) != tuple(op.in_axes):
+        return None
+    if any(a not in m_axes for a in g.values[x].axes if a not in op.in_axes):
+        return None
+    return lin, m_axes, n_axes
+
+
+def _matmul_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[Partition]:
+    from ncd_opencl.matmul import RM, RN, WG_M, WG_N
+
+    found = _matmul(k, layouts)
+    if found is None:
+        return []
+    _, m_axes, n_axes = found
+    g = k.graph
+    out: list[Partition] = []
+    for axes, per_item, per_group in ((m_axes, RM, RM * WG_M), (n_axes, RN, RN * WG_N)):
+        out += _spread(g, axes, per_group, 0) + _spread(g, axes, per_item, 1)
+    return out
+
+
+def _spread(g: Graph, axes: Sequence[Axis], flat: int, level: int) -> list[Partition]:
+    """A tile of ``flat`` consecutive indices of ``axes`` flattened row-major, as one tile per
+    axis (inner axes first; a tile past the axes' product stays as the outermost's tile, the
+    template masks the tail)."""
+    out = []
+    rest = flat
+    for n, a in enumerate(reversed(axes)):
+        size = _size(g, a)
+        last = n == len(axes) - 1
+        t = rest if last else min(rest, size)
+        out.append(Partition(a, "group", t, level))
+        rest = -(-rest // size) if t == size else 1
+    return out[::-1]
+
+
+def flat_tile(
+    kernel: Kernel, axes: Sequence[Axis], level: int, default: int | None = None
+) -> int | None:
+    """The chosen tile of ``axes`` flattened row-major at ``level`` (``None``: none chosen;
+    ``default`` when the choices are ``default`` spread by ``_spread``, which a run that is no
+    product of per-axis tiles, 16 indices of (1, 7), only approximates); ``ScheduleError``
+    when the per-axis tiles are no run of consecutive flat indices."""
+    g = kernel.graph
+    tiles = [kernel.chosen(a, level) for a in axes]
+    if all(t is None for t in tiles):
+        return None
+    if default is not None and [p.tile for p in _spread(g, axes, default, level)] == tiles:
+        return default
+    got = [t or _size(g, a) for t, a in zip(tiles, axes, strict=True)]
+    for i, (t, a) in enumerate(zip(got, axes, strict=True)):
+        inner = list(zip(got[i + 1 :], axes[i + 1 :], strict=True))
+        if t > 1 and any(u != _size(g, b) for u, b in inner):
+            shown = ", ".join(f"{b.describe()}: {u}" for u, b in zip(got, axes, strict=True))
+            raise ScheduleError(
+                f"kernel {kernel.name}: the tiled matmul tiles the flattened index of "
+                f"({', '.join(b.ref for b in axes)}) at level {level}; the tiles {{{shown}}} are "
+                f"no run of consecutive indices ({a.ref} is cut while an inner axis is cut "
+                "too). Fix: tile only the innermost axis, or keep every axis inside a cut one "
+                "whole."
+            )
+    return math.prod(got)
+
+
+def work_group(
+    kernel: Kernel,
+    m_axes: Sequence[Axis],
+    n_axes: Sequence[Axis],
+    per_item: tuple[int, int],
+    default: tuple[int, int],
+) -> tuple[int, int]:
+    """Work-items per group (rows, columns) of the tiled matmul: the chosen level-0 tile over
+    the level-1 (per work-item) tile, else ``default``."""
+    out = []
+    for axes, item, dflt in ((m_axes, per_item[0], default[0]), (n_axes, per_item[1], default[1])):
+        t = flat_tile(kernel, axes, 0, item * dflt)
+        out.append(dflt if t is None else max(1, t // item))
+    return out[0], out[1]
+
+
+# -- vector row kernels (ncd.codegen.vector.vector_template) ----------------------------------
+
+
+def _vector_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[Partition]:
+    from ncd.codegen.vector import VECTOR_OPS
+
+    g = k.graph
+    axes: set[Axis] = set()
+    for n in k.ops:
+        if n.op.category in ("normaliser", "reduction"):
+            axes.update(a for grp in n.op.signature()[0] for a in grp)
+    if not axes:
+        order = layouts.get(k.outputs[-1], g.values[k.outputs[-1]].axes)
+        axes = {order[-1]} if order else set()
+    if len(axes) != 1:
+        return []
+    (a,) = axes
+    if _size(g, a) % VECTOR_WIDTH:
+        return []
+    for n in k.ops:
+        if not isinstance(n.op, VECTOR_OPS) or getattr(n.op, "fn", "") == "pow":
+            return []
+        if any(a in p.axes and p.axes[-1] != a for p in n.op.params()):
+            return []
+    for v in (*k.inputs, *k.outputs):
+        order = layouts.get(v, g.values[v].axes)
+        if (a in order and order[-1] != a) or g.values[v].dtype != "float32":
+            return []
+    return [Partition(a, "stream", VECTOR_WIDTH, 1)]
+
+
+# -- what the templates can render -------------------------------------------------------------
+
+
+def check(plan: FusionPlan, local: bool = False) -> None:
+    """Refuse choices a template cannot render (see the module docstring)."""
+    from ncd_opencl.matmul import RM, RN, WG_M, WG_N
+
+    for k in plan.kernels:
+        kind = template_of(k)
+        if kind == "vector":
+            for p in k.choices:
+                if p.level == 1 and p.kind == "stream" and p.tile != VECTOR_WIDTH:
+                    raise ScheduleError(
+                        f"kernel {k.name}: a vector tile of {p.tile} along {p.axis.describe()}; "
+                        f"the OpenCL row template walks rows in float{VECTOR_WIDTH} vectors "
+                        f"only. Fix: leave the level-1 tile of {p.axis.name} at {VECTOR_WIDTH}."
+                    )
+        elif kind == "streamed":
+            x = k.streamed[0]
+            chunk = k.chosen(x, 0) or 1
+            rows = max(
+                [p.tile for p in k.choices if p.level == 1 and isinstance(p.tile, int)] or [1]
+            )
+            if chunk * rows > MAX_SCORES:
+                raise ScheduleError(
+                    f"kernel {k.name}: a chunk of {chunk} keys along {x.describe()} for {rows} "
+                    f"query rows per work-item holds {chunk * rows} scores in private "
+                    f"memory; the streamed template supports at most {MAX_SCORES}. Fix: a "
+                    "smaller chunk or fewer rows per work-item."
+                )
+        elif kind == "tiled":
+            lin = next((n for n in k.ops if isinstance(n.op, L.Linear)), None)
+            if lin is None:
+                continue
+            m_axes, n_axes = tuple(lin.loop), lin.op.out_axes  # type: ignore[attr-defined]
+            what = (("rows", m_axes, RM, WG_M), ("columns", n_axes, RN, WG_N))
+            groups = 1
+            for name, axes, item, wg in what:
+                t1 = flat_tile(k, axes, 1, item)
+                if t1 is not None and t1 != item:
+                    raise ScheduleError(
+                        f"kernel {k.name}: {t1} {name} per work-item over "
+                        f"({', '.join(a.describe() for a in axes)}); the tiled matmul renders "
+                        f"{RM} rows x {RN} columns per work-item only (its float8 register "
+                        f"block). Fix: leave the level-1 tile at {item}."
+                    )
+                t0 = flat_tile(k, axes, 0, item * wg)
+                if t0 is not None and t0 % item:
+                    raise ScheduleError(
+                        f"kernel {k.name}: a work-group tile of {t0} {name} over "
+                        f"({', '.join(a.describe() for a in axes)}) is no multiple of the "
+                        f"{item} {name} each work-item computes. Fix: a multiple of {item}."
+                    )
+                n = wg if t0 is None else t0 // item
+                if local and n != wg:
+                    raise ScheduleError(
+                        f"kernel {k.name}: the local-memory matmul stages {RM * WG_M} x "
+                        f"{RN * WG_N} tiles only; a work-group tile of {t0} {name} is not "
+                        f"supported there. Fix: keep {item * wg}, or local_memory=False."
+                    )
+                groups *= n
+            if groups > MAX_WORK_GROUP:
+                raise ScheduleError(
+                    f"kernel {k.name}: the chosen work-group tiles make {groups} work-items "
+                    f"per group; the tiled matmul supports at most {MAX_WORK_GROUP}. Fix: "
+                    "smaller level-0 tiles."
+                )
+
+
+def _size(g: Graph, a: Axis) -> int:
+    n = g.size(a)
+    if n is None:
+        raise ScheduleError(f"axis {a.describe()} has no size; bind it before planning for opencl")
+    return n
+
+
+def _prod(g: Graph, axes: Sequence[Axis]) -> int:
+    return math.prod(_size(g, a) for a in axes)

@@ -1,0 +1,28 @@
+"""A cast model is priced by its own formats: bf16 wires move half the bytes of float32 ones;
+an unknown format is a typed error, not a KeyError."""
+
+import pytest
+
+import ncd
+import ncd_perf
+from ncd import nn
+
+
+def test_a_cast_model_is_priced_with_its_item_sizes() -> None:
+    m = nn.mlp().over("seq").bind(seq=512, d_model=256, d_ff=1024)
+    fp32, bf16, fp8 = (
+        ncd_perf.cost(x, "h100") for x in (m, m.cast(ncd.bfloat16), m.cast(ncd.float8_e5m2))
+    )
+    b32, b16, b8 = (float(c.transfers_at(1, "bytes")) for c in (fp32, bf16, fp8))
+    assert b32 == 2 * b16 == 4 * b8
+    assert fp32.transfers == bf16.transfers  # the same elements move
+    assert {k.dtype for k in bf16.kernels} == {ncd.bfloat16}
+    # the same as re-typing every float wire of the float32 model
+    assert b16 == float(ncd_perf.cost(m, "h100", dtype="bfloat16").transfers_at(1, "bytes"))
+
+
+@pytest.mark.parametrize("bad", ["float13", "complex64"])
+def test_an_unknown_format_is_a_typed_error(bad: str) -> None:
+    m = nn.mlp().over("seq").bind(seq=8, d_model=16, d_ff=32)
+    with pytest.raises(ncd.DTypeError, match=f"unknown element format '{bad}'.*Fix:"):
+        ncd_perf.cost(m, "h100", dtype=bad)
