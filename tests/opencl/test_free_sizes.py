@@ -7,13 +7,14 @@ against the NumPy reference and checks that no second program was built.
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 
 import ncd
 from ncd import nn, ops
+from ncd.testing import BackendConformance, cases
 from ncd_opencl.backend import check_index
 from ncd_opencl.generate import generate
 
@@ -293,3 +294,27 @@ def test_vector_rows_of_run_time_length_end_in_a_scalar_tail(model: str) -> None
             want = ncd.run(m, x)
         np.testing.assert_allclose(exe(x), want, rtol=1e-5, atol=1e-5, equal_nan=True)
     assert exe.builds == 1  # type: ignore[attr-defined]
+
+
+class TestOpenCLConformanceFreeSizes(BackendConformance):
+    """Every conformance case with the sizes its inputs fix left to run time."""
+
+    target = "opencl"
+    free_sizes = True
+    rtol = 2e-4
+    atol = 2e-5
+
+
+def test_free_conformance_cases_really_leave_sizes_free() -> None:
+    free = [c.name for c in cases() if c.free_model().config().free]
+    assert len(free) > len(cases()) // 2
+
+
+class TestOpenCLConformanceFreeSizesUnfused(TestOpenCLConformanceFreeSizes):
+    compile_options: ClassVar[dict[str, Any]] = {"fuse": False}
+
+
+class TestOpenCLConformanceFreeSizesLocalMemory(TestOpenCLConformanceFreeSizes):
+    """The tiled matmul staging its tiles in ``__local`` memory, over run-time rows."""
+
+    compile_options: ClassVar[dict[str, Any]] = {"local_memory": True}

@@ -490,8 +490,8 @@ class OpenCLExecutable(Executable):
         build taking them as arguments (its 64-bit variant when the call's arrays pass
         2^31 - 1 elements), else (or with ``specialise=True``) the build for these sizes.
         Least recently used builds beyond ``max_builds`` are dropped, with their buffers."""
-        from ncd.graph import as_graph
         from ncd.errors import SizeError
+        from ncd.graph import as_graph
 
         with self._lock:
             model = as_graph(self.model, "compiling")
