@@ -187,7 +187,9 @@ class Compiled:
         self.program = build(self.gen.source, device, default_options(fast_math))
         self.values: dict[int, Any] = {}
         # size set -> intermediate buffers for it (free sizes), least recently used dropped
-        self._sized: OrderedDict[tuple[int, ...], dict[int, Any]] = OrderedDict()
+        self._sized: OrderedDict[tuple[int, ...], tuple[dict[int, Any], list[Any]]]
+        self._sized = OrderedDict()
+        self._free_axes = tuple(a for a in graph.axes if a.size is None)
         if not self.free:
             self.values = self._allocate(graph)
         # name -> (the caller's array, its buffer, the snapshot uploaded; None: read in place)
@@ -214,9 +216,13 @@ class Compiled:
         """The value buffers for the sizes of bound ``graph``: checked (``check_fits``,
         ``check_index``) and allocated the first time a size set is seen, before any device
         work; the ``max_sizes`` most recently used size sets are kept."""
+        return self._for_sizes(graph)[0]
+
+    def _for_sizes(self, graph: Graph) -> tuple[dict[int, Any], list[Any]]:
+        """``sized`` and, per launch, its global size and size arguments for these sizes."""
         if not self.free:
-            return self.values
-        key = tuple(int(graph.size(a) or 0) for a in self.graph.axes if a.size is None)
+            return self.values, []
+        key = tuple(int(graph.size(a) or 0) for a in self._free_axes)
         hit = self._sized.get(key)
         if hit is not None:
             self._sized.move_to_end(key)
@@ -230,11 +236,16 @@ class Compiled:
                 "Fix: report it; compile with wide=True meanwhile."
             )
         check_fits(graph, self.gen, self.device)
-        values = self._allocate(graph)
-        self._sized[key] = values
+        index = np.int64 if self.wide else np.int32
+        launch = [
+            (_launch_size(graph, src), [index(n) for n in _size_args(graph, src)])
+            for _, src in self.launches
+        ]
+        entry = (self._allocate(graph), launch)
+        self._sized[key] = entry
         while len(self._sized) > self.max_sizes:
             self._sized.popitem(last=False)
-        return values
+        return entry
 
     def _param(self, name: str, arr: np.ndarray) -> Any:
         """The buffer of a parameter. On host-memory devices a float32 C-contiguous array is
@@ -279,12 +290,12 @@ class Compiled:
 
         g = self.graph if graph is None else graph
         self.run(arrays, params, graph=g)
-        values = self.sized(g)
+        values, launch = self._for_sizes(g)
         times: dict[str, list[float]] = {src.name: [] for _, src in self.launches}
         for _ in range(reps):
-            for kern, src in self.launches:
+            for n, (kern, src) in enumerate(self.launches):
                 t0 = time.perf_counter()
-                self._launch(kern, src, params, values, graph=g)
+                self._launch(kern, src, params, values, None, launch[n] if launch else None)
                 self.queue.finish()
                 times[src.name].append(time.perf_counter() - t0)
         return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
@@ -296,7 +307,7 @@ class Compiled:
         params: dict[str, np.ndarray],
         values: dict[int, Any] | None = None,
         bufs: dict[str, Any] | None = None,
-        graph: Graph | None = None,
+        launch: tuple[tuple[int, ...], list[Any]] | None = None,
     ) -> None:
         values = self.values if values is None else values
         bufs = {} if bufs is None else bufs  # each parameter resolved once per call
@@ -308,13 +319,11 @@ class Compiled:
                 if b.param not in bufs:
                     bufs[b.param] = self._param(b.param, params[b.param])
                 args.append(bufs[b.param])
-        if not src.sizes:
+        if launch is None:  # every size a literal
             kern(self.queue, src.global_size, src.local_size, *args)
             return
-        g = self.graph if graph is None else graph  # the sizes of this call
-        index = np.int64 if self.wide else np.int32
-        args += [index(n) for n in _size_args(g, src)]
-        kern(self.queue, _launch_size(g, src), src.local_size, *args)
+        gsize, sizes = launch  # this call's launch size and size arguments
+        kern(self.queue, gsize, src.local_size, *args, *sizes)
 
     def run(
         self,
@@ -332,7 +341,8 @@ class Compiled:
         import pyopencl as cl
 
         g, mf = (self.graph if graph is None else graph), cl.mem_flags
-        values = dict(self.sized(g))
+        fixed, launch = self._for_sizes(g)
+        values = dict(fixed)
         mapped = []
         for v, x in zip(g.inputs, arrays, strict=True):
             if v in values:
@@ -357,8 +367,8 @@ class Compiled:
             first.setdefault(v, k)
             outs.append(host)
         bufs: dict[str, Any] = {}
-        for kern, src in self.launches:
-            self._launch(kern, src, params, values, bufs, g)
+        for n, (kern, src) in enumerate(self.launches):
+            self._launch(kern, src, params, values, bufs, launch[n] if launch else None)
         for k, (v, host) in enumerate(zip(g.outputs, outs, strict=True)):
             if first[v] != k:
                 continue  # a repeated output: copied from its first slot below
@@ -458,6 +468,8 @@ class OpenCLExecutable(Executable):
         self._built: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
         self._builds = 0
         self._last: Compiled | None = None
+        self._free_axes: tuple[Any, ...] | None = None  # the model's run-time sizes
+        self._routes: OrderedDict[tuple[int, ...], bool] = OrderedDict()  # sizes -> wide
         # one call at a time: kernel objects (their arguments) and intermediate buffers are
         # shared between the calls of one build; a lock costs ~0.1 us against a call's launches
         self._lock = threading.RLock()
@@ -490,41 +502,56 @@ class OpenCLExecutable(Executable):
         build taking them as arguments (its 64-bit variant when the call's arrays pass
         2^31 - 1 elements), else (or with ``specialise=True``) the build for these sizes.
         Least recently used builds beyond ``max_builds`` are dropped, with their buffers."""
-        from ncd.errors import SizeError
         from ncd.graph import as_graph
 
         with self._lock:
             model = as_graph(self.model, "compiling")
-            plan = self.options[-1]  # a plan of a bound graph renders that graph only
-            if (
-                self.specialise
-                or not model.config().free
-                or (plan is not None and not plan.graph.config().free)
-            ):
+            if self._free_axes is None:
+                plan = self.options[-1]  # a plan of a bound graph renders that graph only
+                run_time = (
+                    not self.specialise
+                    and bool(model.config().free)
+                    and (plan is None or bool(plan.graph.config().free))
+                )
+                self._free_axes = tuple(a for a in model.axes if a.size is None and run_time)
+            if not self._free_axes:
                 key = tuple((a.uid, graph.size(a)) for a in graph.axes)
                 self._last = self._build(key, lambda: Compiled(graph, *self.options))
                 return self._last
-            wide = bool(self.wide)
-            narrow = None
-            if not wide:
-                narrow = self._build(("free", False), lambda: self._free(model, False))
-                if check_index(graph, narrow.gen, False):
-                    self._last = narrow
-                    return narrow
-                if self.wide is False:
-                    free = ", ".join(
-                        f"{a.describe()} = {graph.size(a)}" for a in model.axes if a.size is None
-                    )
-                    raise SizeError(
-                        f"the sizes of this call ({free}) give arrays or launches past "
-                        f"2^31 - 1 = {INT_MAX:,} elements, more than the int indices and "
-                        "size arguments of this build hold, and wide=False forbids the 64-bit "
-                        "build. Fix: compile with wide=None (the default) or wide=True, or run "
-                        "the work in smaller batches."
-                    )
-            self._last = self._build(("free", True), lambda: self._free(model, True))
-            check_index(graph, self._last.gen, True)  # past 64 bits: SizeError
+            sizes = tuple(int(graph.size(a) or 0) for a in self._free_axes)
+            routed = self._routes.get(sizes)
+            if routed is not None:  # checked before: the build these sizes take
+                self._last = self._build(("free", routed), lambda: self._free(model, routed))
+                return self._last
+            self._last = self._route(model, graph)
+            self._routes[sizes] = self._last.wide
+            while len(self._routes) > 64:
+                self._routes.popitem(last=False)
             return self._last
+
+    def _route(self, model: Graph, graph: Graph) -> Compiled:
+        """The free-size build for a call with ``graph``'s sizes, checked: ``int`` indices
+        when they hold every offset, else the 64-bit build (or a ``SizeError``)."""
+        from ncd.errors import SizeError
+
+        if not self.wide:
+            narrow = self._build(("free", False), lambda: self._free(model, False))
+            if check_index(graph, narrow.gen, False):
+                return narrow
+            if self.wide is False:
+                free = ", ".join(
+                    f"{a.describe()} = {graph.size(a)}" for a in model.axes if a.size is None
+                )
+                raise SizeError(
+                    f"the sizes of this call ({free}) give arrays or launches past "
+                    f"2^31 - 1 = {INT_MAX:,} elements, more than the int indices and "
+                    "size arguments of this build hold, and wide=False forbids the 64-bit "
+                    "build. Fix: compile with wide=None (the default) or wide=True, or run "
+                    "the work in smaller batches."
+                )
+        wide = self._build(("free", True), lambda: self._free(model, True))
+        check_index(graph, wide.gen, True)  # past 64 bits: SizeError
+        return wide
 
     def _free(self, model: Graph, wide: bool) -> Compiled:
         device, fast_math, fuse, tiled, local_memory, plan = self.options
