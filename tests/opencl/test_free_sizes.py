@@ -318,3 +318,24 @@ class TestOpenCLConformanceFreeSizesLocalMemory(TestOpenCLConformanceFreeSizes):
     """The tiled matmul staging its tiles in ``__local`` memory, over run-time rows."""
 
     compile_options: ClassVar[dict[str, Any]] = {"local_memory": True}
+
+
+@pytest.mark.parametrize(
+    ("spec", "shape", "known"),
+    [
+        ("a b -> (a b)", (7, 13), {}),
+        ("(h d) -> h d", (3,), {"h": 3}),
+        ("(a b) -> a b", (4,), {"b": 4}),
+        ("a b c -> (a b) c", (1, 3, 5), {}),
+    ],
+)
+def test_views_of_run_time_sizes_merge_and_split(
+    spec: str, shape: tuple[int, ...], known: dict[str, int]
+) -> None:
+    view = ops.rearrange(spec, **known)
+    m = view >> ops.softmax(view.graph.values[-1].axes[-1])  # over the view's last axis
+    exe = ncd.compile(m, "opencl")
+    for k in SIZES:
+        sh = (shape[0] * k, *shape[1:])
+        _agree(exe, m, _rng(k).standard_normal(sh).astype(np.float32))
+    assert exe.builds == 1  # type: ignore[attr-defined]

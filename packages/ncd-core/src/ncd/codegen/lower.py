@@ -110,8 +110,8 @@ class KernelGen:
 
     def size(self, axis: Axis) -> Size:
         """The size of ``axis``: an int when bound before compiling, else the ``Dim`` of the
-        size argument of its size class (a derived axis of a view: the product of its
-        factors' sizes)."""
+        size argument of its size class (an axis of a view that is no size class of its own:
+        from the view's product constraint)."""
         s = self.graph.size(axis)
         if s is not None:
             return s
@@ -130,19 +130,30 @@ class KernelGen:
                 label, uid = free[root]
                 self.size_args[root] = Dim.arg(self.unique(f"n_{label}", "n"), uid)
             return self.size_args[root]
-        for n in self.graph.nodes:  # a derived axis: the product of its view's factors
-            for c in n.op.constraints():
-                if _class_of(self.graph, c.result.uid) == root and root not in seen:
-                    out: Size = 1
-                    for f in c.factors:
-                        out = out * (
-                            f.size if f.size is not None else self._run_time_size(f, (*seen, root))
-                        )
-                    return out
+        if root not in seen:  # an axis of a view: from its product constraint
+            inner = (*seen, root)
+            for n in self.graph.nodes:
+                for c in n.op.constraints():
+                    if _class_of(self.graph, c.result.uid) == root:  # a merge: the product
+                        out: Size = 1
+                        for f in c.factors:
+                            out = out * self._size_in(f, inner)
+                        return out
+                    mine = [f for f in c.factors if _class_of(self.graph, f.uid) == root]
+                    if len(mine) == 1:  # a split: the whole over the other factors
+                        rest: Size = 1
+                        for f in c.factors:
+                            if f is not mine[0]:
+                                rest = rest * self._size_in(f, inner)
+                        return self._size_in(c.result, inner) // rest
         raise ScheduleError(
             f"axis {axis.describe()} has no size and none follows from the model's free sizes. "
             "Fix: bind it before compiling (model.bind(...))"
         )
+
+    def _size_in(self, axis: Axis, seen: tuple[str, ...]) -> Size:
+        s = self.graph.size(axis)
+        return s if s is not None else self._run_time_size(axis, seen)
 
     def _free_classes(self) -> dict[str, tuple[str, str]]:
         """Size class root -> (config label, uid of a member) for each free size."""
