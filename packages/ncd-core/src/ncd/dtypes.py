@@ -24,6 +24,7 @@ __all__ = [
     "bool_",
     "dtype",
     "float8_e4m3",
+    "float8_e4m3fn",
     "float8_e5m2",
     "float16",
     "float32",
@@ -114,16 +115,18 @@ float64 = DType("float64", np.float64, "float", "float64")
 float32 = DType("float32", np.float32, "float", "float32")
 float16 = DType("float16", np.float16, "float", "float32")
 bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "float", "float32")
-# The OCP / NVIDIA e4m3 format (no infinities, max 448: ``float8_e4m3fn`` in ml_dtypes and torch),
-# the one hardware computes in; ml_dtypes' IEEE-style ``float8_e4m3`` is not an ncd format.
-float8_e4m3 = DType("float8_e4m3", ml_dtypes.float8_e4m3fn, "float", "float32")
+# Every name is the NumPy / ml_dtypes name of the same format, so ``np.dtype(ncd.float8_e4m3)``
+# (which NumPy reads as the string it is) means the same format as ``ncd.float8_e4m3.numpy``.
+float8_e4m3 = DType("float8_e4m3", ml_dtypes.float8_e4m3, "float", "float32")  # IEEE: inf, max 240
+# The OCP / NVIDIA e4m3 (no inf, max 448, overflow is NaN): torch's float8_e4m3fn.
+float8_e4m3fn = DType("float8_e4m3fn", ml_dtypes.float8_e4m3fn, "float", "float32")
 float8_e5m2 = DType("float8_e5m2", ml_dtypes.float8_e5m2, "float", "float32")
 int64 = DType("int64", np.int64, "int", "int64")
 int32 = DType("int32", np.int32, "int", "int64")
 bool_ = DType("bool", np.bool_, "bool", "int64")
 
 #: other spellings of a format: ``float8`` (the cost model's name for 8-bit floats) is e4m3.
-ALIASES: dict[str, DType] = {"float8": float8_e4m3, "float8_e4m3fn": float8_e4m3}
+ALIASES: dict[str, DType] = {"float8": float8_e4m3}
 
 #: NumPy dtype -> format (ml_dtypes types hash as NumPy dtypes).
 _BY_NUMPY: dict[np.dtype[Any], DType] = {t.numpy: t for t in FORMATS.values()}
