@@ -339,3 +339,22 @@ def test_views_of_run_time_sizes_merge_and_split(
         sh = (shape[0] * k, *shape[1:])
         _agree(exe, m, _rng(k).standard_normal(sh).astype(np.float32))
     assert exe.builds == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_tiled_matmul_over_a_run_time_contraction(local: bool) -> None:
+    """K left free (parameters made for each bound copy): whole float8 steps, then a scalar
+    tail; the local-memory tiles zero-pad K instead."""
+    m = (ops.linear("d -> e") >> ops.gelu()).over(ncd.Axis("s")).bind(e=24)
+    assert [k.style for k in generate(m.graph).kernels] == ["tiled"]
+    exe = ncd.compile(m, "opencl", local_memory=local)
+    for s, d in ((1, 1), (7, 13), (13, 8), (301, 7), (5, 301)):
+        params = ncd.init(m.bind(d=d), seed=d)
+        x = _rng(d).standard_normal((s, d)).astype(np.float32)
+        x[0, -1] = np.inf if d > 1 else x[0, -1]
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = ncd.run(m, x, params=params)
+        np.testing.assert_allclose(
+            exe(x, params=params), want, rtol=2e-4, atol=2e-4, equal_nan=True
+        )
+    assert exe.builds == 1  # type: ignore[attr-defined]

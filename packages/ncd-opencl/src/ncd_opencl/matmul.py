@@ -10,7 +10,8 @@ loaded cooperatively between two barriers, and every work-item reads its rows fr
 PoCL's CPU device that is slower (a barrier makes PoCL save the accumulators, halving the rate:
 local memory is ordinary memory there), so CPU devices use the cache-blocked loop. Rows and
 columns past the ends are clamped on read and masked on write
-(any M, N; K a multiple of 8, else the pointwise renderer runs). The epilogue (bias, GELU,
+(any M, N; K a multiple of 8, else the pointwise renderer runs, or a size left to run time:
+whole vectors, then a scalar tail; local tiles zero-pad K). The epilogue (bias, GELU,
 residual add, renames) is the generic pull-based renderer reading the finished sums.
 """
 
@@ -67,8 +68,8 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     kdim = math.prod(gen.size(a) for a in op.in_axes)
     msz = math.prod(gen.size(a) for a in m_axes)
     nsz = math.prod(gen.size(a) for a in n_axes)
-    # K fixed when compiling (the vector loop); a run-time M or N: reads clamped, writes masked
-    if not isinstance(kdim, int) or kdim % VW:
+    # run-time M or N: reads clamped, writes masked; a run-time K: whole vectors, then a tail
+    if isinstance(kdim, int) and kdim % VW:
         return None
     if (isinstance(msz, int) and msz < RM) or (isinstance(nsz, int) and nsz < RN):
         return None
@@ -134,7 +135,8 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
             s = gen.unique(f"s{i}_{j}")
             c = f"c{i}_{j}"
             w.line(f"float {s} = dot({c}.lo, (float4)(1.0f)) + dot({c}.hi, (float4)(1.0f));")
-            if kv < kdim:
+            tail = not isinstance(kv, int) or not isinstance(kdim, int) or kv < kdim
+            if tail and not local:  # (local tiles zero-pad K instead)
                 w.line(f"for ({it} k = {kv}; k < {kdim}; ++k) {s} += a{i}[k] * b{j}[k];")
             sums[i, j] = s
     if gen.dialect.vector_width == VW and _lane_epilogue(nodes, lin, renames):
@@ -217,7 +219,7 @@ def _local_tiles(
     k_axes: tuple[Axis, ...],
     msz: Size,
     nsz: Size,
-    kdim: int,
+    kdim: Size,
 ) -> None:
     """The contraction loop over ``__local`` tiles: per chunk of ``KL`` contracted elements the
     group loads its rows of ``X`` and ``W`` (zero past the end of K), then each work-item
