@@ -232,7 +232,13 @@ def test_wide_build_serves_small_sizes_with_64_bit_arguments() -> None:
     assert exe.builds == 1  # type: ignore[attr-defined]
 
 
-def test_a_call_past_int_indices_takes_the_64_bit_build_or_is_refused() -> None:
+def test_a_call_past_int_indices_takes_the_64_bit_build_or_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ncd_opencl.backend as backend
+
+    # a device that would hold 2^32 floats (PoCL here allows 2 GiB in one buffer)
+    monkeypatch.setattr(backend, "check_fits", lambda graph, gen, device: None)
     model = ops.relu().over(ncd.Axis("c")).over(ncd.Axis("r"))
     big = model.graph.bind(r=2**16, c=2**16)  # 2^32 elements: past what int indexes
     assert check_index(model.graph.bind(r=7, c=13), generate(model.graph), False)
@@ -250,6 +256,10 @@ def test_a_call_past_int_indices_takes_the_64_bit_build_or_is_refused() -> None:
 
 def test_free_sizes_are_checked_against_the_device_before_any_work() -> None:
     model = ops.relu().over(ncd.Axis("c")).over(ncd.Axis("r"))
+    auto = ncd.compile(model, "opencl")
+    with pytest.raises(ncd.SizeError, match="Fix:"):  # refused before the 64-bit build
+        auto.compiled(model.graph.bind(r=2**30, c=2**30))  # type: ignore[attr-defined]
+    assert auto.builds == 1  # type: ignore[attr-defined]
     exe = ncd.compile(model, "opencl", wide=True)
     huge = model.graph.bind(r=2**30, c=2**30)  # 2^62 elements: no device holds that
     build = exe.compiled(huge)  # type: ignore[attr-defined]

@@ -549,6 +549,7 @@ class OpenCLExecutable(Executable):
                     "build. Fix: compile with wide=None (the default) or wide=True, or run "
                     "the work in smaller batches."
                 )
+            check_fits(graph, narrow.gen, narrow.device)  # arrays the device cannot hold: no build
         wide = self._build(("free", True), lambda: self._free(model, True))
         check_index(graph, wide.gen, True)  # past 64 bits: SizeError
         return wide
