@@ -368,3 +368,43 @@ def test_tiled_matmul_over_a_run_time_contraction(local: bool) -> None:
             exe(x, params=params), want, rtol=2e-4, atol=2e-4, equal_nan=True
         )
     assert exe.builds == 1  # type: ignore[attr-defined]
+
+
+def test_threads_calling_one_free_size_build_at_different_lengths() -> None:
+    import threading
+
+    model = (ops.softmax("x") >> ops.gelu()).over(ncd.Axis("r")).bind(x=37)
+    exe = ncd.compile(model, "opencl")
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for n in (1, 7, 13, 301)[t:] + (1, 7, 13, 301)[:t]:
+                x = _rng(n + t).standard_normal((n, 37)).astype(np.float32)
+                np.testing.assert_allclose(exe(x), ncd.run(model, x), rtol=1e-5, atol=1e-6)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and exe.builds == 1  # type: ignore[attr-defined]
+
+
+def test_out_arrays_of_run_time_shapes() -> None:
+    model = ops.layernorm("d", affine=False).over(ncd.Axis("r"))
+    exe = ncd.compile(model, "opencl")
+    for n, d in ((1, 1), (7, 13), (301, 9)):
+        x = _rng(n).standard_normal((n, d)).astype(np.float32)
+        buf = np.empty((n, d), np.float32)
+        assert exe(x, out=buf) is buf
+        np.testing.assert_allclose(buf, ncd.run(model, x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ncd.SizeError, match="Fix:"):
+        exe(np.ones((3, 4), np.float32), out=np.empty((3, 5), np.float32))
+
+
+def test_exported_source_of_a_free_size_model_takes_the_sizes() -> None:
+    src = ncd.export(nn.transformer_block().bind(d_model=32, heads=2, d_head=16, d_ff=48), "opencl")
+    assert "const int n_seq" in src and "get_global_id" in src
