@@ -408,3 +408,18 @@ def test_out_arrays_of_run_time_shapes() -> None:
 def test_exported_source_of_a_free_size_model_takes_the_sizes() -> None:
     src = ncd.export(nn.transformer_block().bind(d_model=32, heads=2, d_head=16, d_ff=48), "opencl")
     assert "const int n_seq" in src and "get_global_id" in src
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_non_finite_scores_through_free_size_attention(causal: bool) -> None:
+    att = nn.attention(causal=causal).bind(d=8, v=8)
+    exe = ncd.compile(att, "opencl")
+    for n in (1, 7, 13, 301):
+        rng = _rng(n)
+        q, k, v = (rng.standard_normal((n, 8)).astype(np.float32) for _ in range(3))
+        k[n // 2, 0] = np.inf  # a key scoring +-inf against every query
+        q[0, :] = np.nan if n > 1 else q[0, :]
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = ncd.run(att, q, k, v)
+        np.testing.assert_allclose(exe(q, k, v), want, rtol=2e-4, atol=2e-4, equal_nan=True)
+    assert exe.builds == 1  # type: ignore[attr-defined]
