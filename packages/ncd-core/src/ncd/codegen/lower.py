@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -521,17 +522,17 @@ class KernelGen:
 INT_MAX = 2**31 - 1
 
 
-_ROOTS: list[tuple[Any, dict[str, str]]] = []  # the last few graphs' size classes
+_ROOTS: list[tuple[Any, dict[str, str]]] = []  # the last few graphs' size classes (weakly)
 
 
 def _class_of(graph: Any, uid: str) -> str:
     """The size class (union-find root) of an axis of ``graph`` (cached for the last few
-    graphs: every kernel of one generation asks)."""
-    for g, roots in _ROOTS:
-        if g is graph:
+    graphs, without keeping them alive: every kernel of one generation asks)."""
+    for ref, roots in _ROOTS:
+        if ref() is graph:
             return roots[uid]
     roots = {a.uid: root for root, members in graph._classes for a in members}
-    _ROOTS.insert(0, (graph, roots))
+    _ROOTS.insert(0, (weakref.ref(graph), roots))
     del _ROOTS[4:]
     return roots[uid]
 
