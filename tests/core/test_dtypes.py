@@ -66,6 +66,20 @@ def test_conversions_from_numpy_ml_dtypes_and_names():
     assert ncd.dtype(bool) is ncd.bool and ncd.dtype(np.int64) is ncd.int64
 
 
+def test_import_ncd_leaves_ml_dtypes_until_a_reduced_format_needs_it():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, ncd\n"
+        "from ncd import ops\n"
+        "ncd.run(ops.softmax('x'), np.ones(3)); ncd.bfloat16.itemsize\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "assert ncd.bfloat16.numpy.name == 'bfloat16' and 'ml_dtypes' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_formats_are_interned_and_frozen():
     assert copy.copy(ncd.bfloat16) is ncd.bfloat16
     assert copy.deepcopy(ncd.bfloat16) is ncd.bfloat16
@@ -75,7 +89,7 @@ def test_formats_are_interned_and_frozen():
     with pytest.raises(AttributeError, match="frozen"):
         del ncd.bfloat16.kind
     with pytest.raises(ncd.DTypeError, match="exists already"):
-        ncd.DType("bfloat16", np.float32, "float", "float32")
+        ncd.DType("bfloat16", np.float32, 4, "float", "float32")
     assert {ncd.float32: 1}["float32"] == 1 and hash(ncd.float32) == hash("float32")
 
 
@@ -383,3 +397,22 @@ def test_mixed_precision_with_explicit_casts():
     out = ncd.run(m, x, params=p)
     assert out.dtype == np.float32 and out.shape == (3, 4)
     assert ":bfloat16 -> float32" in m.explain()
+
+
+@pytest.mark.parametrize("fmt", [*REDUCED, ncd.float64], ids=str)
+def test_cast_commutes_with_lifting_binding_and_naming(fmt):
+    r = ncd.Axis("r")
+    base = ops.layernorm("x") >> ops.gelu()
+    x = _rows((4, 13), fmt, 3)
+    variants = [
+        base.cast(fmt).over(r).bind(x=13),
+        base.over(r).cast(fmt).bind(x=13),
+        base.over(r).bind(x=13).cast(fmt),
+        base.named("blk").over(r).bind(x=13).cast(fmt),
+    ]
+    params = [ncd.init(v, seed=0) for v in variants]
+    assert all(list(p) in (["layernorm.weight", "layernorm.bias"],) for p in params[:3])
+    outs = [ncd.run(v, x, params=p) for v, p in zip(variants, params)]
+    for out in outs:
+        assert out.dtype == fmt.numpy
+        np.testing.assert_array_equal(out, outs[0])

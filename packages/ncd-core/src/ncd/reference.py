@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 
 from ncd.axis import Axis, dtype_bytes
-from ncd.dtypes import FORMATS, DType, float64
+from ncd.dtypes import DType, float64
 from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DTypeError, IndexRangeError, ParameterError, SizeError
 from ncd.graph import Graph, Node
@@ -362,8 +362,14 @@ _NEVER_KINDS = {
     "m": "timedelta",
 }
 
-#: NumPy dtype -> ncd format, for arrays (ml_dtypes' bfloat16 and float8 have NumPy kind "V").
-_FORMAT_OF: dict[np.dtype[Any], DType] = {t.numpy: t for t in FORMATS.values()}
+
+def _format_of(dt: np.dtype[Any]) -> DType | None:
+    """The ncd format of an array's dtype, or ``None`` (ml_dtypes' bfloat16 and float8 have NumPy
+    kind "V", so the kind alone cannot tell them from void data)."""
+    try:
+        return to_dtype(dt)
+    except DTypeError:
+        return None
 
 
 def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
@@ -378,7 +384,7 @@ def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
     dt = array.dtype
     fmt = to_dtype(wire)
     target = fmt.numpy
-    src = _FORMAT_OF.get(dt)
+    src = _format_of(dt)
     integral = fmt.kind != "float"
     if src is None and dt.kind in _NEVER_KINDS:
         reason = f"{_NEVER_KINDS[dt.kind]} data has no {wire} value"
