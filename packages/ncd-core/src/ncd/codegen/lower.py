@@ -27,6 +27,7 @@ from ncd.codegen.source import Writer, kind_hint, sanitize
 from ncd.errors import ScheduleError
 from ncd.graph import Node
 from ncd.kernel import Kernel
+from ncd.walk import rule_for
 
 __all__ = ["KernelGen", "KernelSource", "render_kernel"]
 
@@ -377,9 +378,9 @@ class KernelGen:
         return name
 
     def rule_for(self, node: Node) -> Any:
-        for cls in type(node.op).__mro__:
-            if cls in self.rules:
-                return self.rules[cls]
+        rule = rule_for(self.rules, node.op)
+        if rule is not None:
+            return rule
         raise ScheduleError(
             f"no {self.dialect.name} code generation rule for op {node.op.label!r} (kind "
             f"{node.op.kind!r}); register one with ncd_register_lowerings(target="
