@@ -11,7 +11,15 @@ import pytest
 import ncd
 from ncd import nn, ops
 
-FLOATS = [ncd.float64, ncd.float32, ncd.float16, ncd.bfloat16, ncd.float8_e4m3, ncd.float8_e5m2]
+FLOATS = [
+    ncd.float64,
+    ncd.float32,
+    ncd.float16,
+    ncd.bfloat16,
+    ncd.float8_e4m3,
+    ncd.float8_e4m3fn,
+    ncd.float8_e5m2,
+]
 REDUCED = [ncd.float16, ncd.bfloat16]
 SIZES = [1, 7, 13, 301]
 
@@ -21,7 +29,8 @@ TABLE = {
     ncd.float32: (4, np.dtype(np.float32), "float", ncd.float32),
     ncd.float16: (2, np.dtype(np.float16), "float", ncd.float32),
     ncd.bfloat16: (2, np.dtype(ml_dtypes.bfloat16), "float", ncd.float32),
-    ncd.float8_e4m3: (1, np.dtype(ml_dtypes.float8_e4m3fn), "float", ncd.float32),
+    ncd.float8_e4m3: (1, np.dtype(ml_dtypes.float8_e4m3), "float", ncd.float32),
+    ncd.float8_e4m3fn: (1, np.dtype(ml_dtypes.float8_e4m3fn), "float", ncd.float32),
     ncd.float8_e5m2: (1, np.dtype(ml_dtypes.float8_e5m2), "float", ncd.float32),
     ncd.int32: (4, np.dtype(np.int32), "int", ncd.int64),
     ncd.int64: (8, np.dtype(np.int64), "int", ncd.int64),
@@ -42,6 +51,8 @@ def test_each_format_has_its_attributes(fmt):
     assert repr(fmt) == f"ncd.{fmt.name}" and str(fmt) == fmt.name and fmt == fmt.name
     assert ncd.dtype(fmt.name) is fmt and ncd.dtype(fmt) is fmt and ncd.dtype(fmt.numpy) is fmt
     assert ncd.dtype(fmt.numpy.type) is fmt
+    # NumPy reads a format as the string it is: that string names the same NumPy dtype
+    assert np.dtype(fmt) == fmt.numpy and np.zeros(2, fmt).dtype == fmt.numpy
     assert ncd.dtype_bytes(fmt) == itemsize and ncd.DTYPES[fmt.name] == itemsize
 
 
@@ -55,6 +66,20 @@ def test_conversions_from_numpy_ml_dtypes_and_names():
     assert ncd.dtype(bool) is ncd.bool and ncd.dtype(np.int64) is ncd.int64
 
 
+def test_import_ncd_leaves_ml_dtypes_until_a_reduced_format_needs_it():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, ncd\n"
+        "from ncd import ops\n"
+        "ncd.run(ops.softmax('x'), np.ones(3)); ncd.bfloat16.itemsize\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "assert ncd.bfloat16.numpy.name == 'bfloat16' and 'ml_dtypes' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_formats_are_interned_and_frozen():
     assert copy.copy(ncd.bfloat16) is ncd.bfloat16
     assert copy.deepcopy(ncd.bfloat16) is ncd.bfloat16
@@ -64,12 +89,12 @@ def test_formats_are_interned_and_frozen():
     with pytest.raises(AttributeError, match="frozen"):
         del ncd.bfloat16.kind
     with pytest.raises(ncd.DTypeError, match="exists already"):
-        ncd.DType("bfloat16", np.float32, "float", "float32")
+        ncd.DType("bfloat16", np.float32, 4, "float", "float32")
     assert {ncd.float32: 1}["float32"] == 1 and hash(ncd.float32) == hash("float32")
 
 
 @pytest.mark.parametrize(
-    "bad", ["float13", "complex64", np.complex64, ml_dtypes.float8_e4m3, 3, None, object()]
+    "bad", ["float13", "complex64", np.complex64, ml_dtypes.float8_e3m4, 3, None, object()]
 )
 def test_unknown_format_is_a_typed_error_listing_the_formats(bad):
     with pytest.raises(ncd.UnknownDTypeError, match="Fix: use one of float64, float32") as e:
@@ -193,7 +218,7 @@ def test_explain_shows_formats_other_than_float32():
 def test_ops_cast_rounds_to_nearest_even_like_ml_dtypes(n):
     x = np.random.default_rng(n).standard_normal((n,)).astype(np.float32) * 1e3
     x[0] = np.float32(3.4e38) if n > 1 else x[0]  # finite in float32, past bf16's largest
-    for fmt in (ncd.bfloat16, ncd.float16, ncd.float8_e4m3, ncd.float8_e5m2, ncd.float64):
+    for fmt in FLOATS:
         m = ncd.identity(ncd.ArrayType((ncd.Axis("x"),))) >> ops.cast(fmt)
         with np.errstate(over="ignore"):
             want = x.astype(fmt.numpy)
@@ -338,3 +363,56 @@ def test_float32_models_behave_as_before():
     x64 = np.random.default_rng(0).standard_normal((3, 7))
     assert ncd.run(m, x64).dtype == np.float64  # a wider array still runs as given
     assert ncd.run(m, x64.astype(np.float16)).dtype == np.float32  # a narrower one widens
+
+
+def test_cast_of_traced_and_loaded_models():
+    (s, d) = ncd.axes("s d", d=8)
+
+    @ncd.trace(inputs=[ncd.ArrayType((s, d))])
+    def resid(x: ncd.Tensor) -> ncd.Tensor:
+        return x + ops.linear(d, d)(ops.relu()(x))
+
+    loaded = ncd.from_json(ncd.to_json(resid))
+    for m in (resid, loaded):
+        c = m.cast(ncd.float16)
+        p = ncd.init(c, seed=2)
+        x = _rows((5, 8), ncd.float16)
+        got = ncd.run(c, x, params=p)
+        assert got.dtype == np.float16
+        p64 = {k: v.astype(np.float64) for k, v in p.items()}
+        _close(ncd.float16, got, ncd.run(m, x.astype(np.float64), params=p64), scale=4.0)
+
+
+def test_mixed_precision_with_explicit_casts():
+    base = nn.mlp().over("s").bind(s=3, d_model=8, d_ff=16)
+    head = ops.linear("d_model -> o").bind(o=4).named("head")
+    m = ncd.identity(*base.domain) >> ops.cast(ncd.bfloat16) >> base.cast(ncd.bfloat16)
+    m = m >> ops.cast(ncd.float32) >> head
+    p = ncd.init(m)
+    assert {v.dtype for k, v in p.items() if k.startswith("head")} == {np.dtype(np.float32)}
+    assert {v.dtype for k, v in p.items() if not k.startswith("head")} == {
+        np.dtype(ml_dtypes.bfloat16)
+    }
+    x = _rows((3, 8), ncd.float32)
+    out = ncd.run(m, x, params=p)
+    assert out.dtype == np.float32 and out.shape == (3, 4)
+    assert ":bfloat16 -> float32" in m.explain()
+
+
+@pytest.mark.parametrize("fmt", [*REDUCED, ncd.float64], ids=str)
+def test_cast_commutes_with_lifting_binding_and_naming(fmt):
+    r = ncd.Axis("r")
+    base = ops.layernorm("x") >> ops.gelu()
+    x = _rows((4, 13), fmt, 3)
+    variants = [
+        base.cast(fmt).over(r).bind(x=13),
+        base.over(r).cast(fmt).bind(x=13),
+        base.over(r).bind(x=13).cast(fmt),
+        base.named("blk").over(r).bind(x=13).cast(fmt),
+    ]
+    params = [ncd.init(v, seed=0) for v in variants]
+    assert all(list(p) in (["layernorm.weight", "layernorm.bias"],) for p in params[:3])
+    outs = [ncd.run(v, x, params=p) for v, p in zip(variants, params)]
+    for out in outs:
+        assert out.dtype == fmt.numpy
+        np.testing.assert_array_equal(out, outs[0])

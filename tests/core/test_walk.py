@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import attrs
 import pytest
 
@@ -52,7 +54,7 @@ def test_runs_split_consecutive_nodes_by_child() -> None:
     g = nn.gpt(layers=2).bind(seq=4, d_model=8, heads=2, d_head=4, d_ff=16, vocab=11).graph
     parts = list(runs(g, list(range(len(g.nodes))), lambda n: g.scope_prefix(n.scope)[:8]))
     assert sum(len(r) for _, r in parts) == len(g.nodes)
-    assert all(a != b for (a, _), (b, _) in zip(parts, parts[1:], strict=False))
+    assert all(a != b for (a, _), (b, _) in itertools.pairwise(parts))
 
 
 def test_graph_protocol_and_as_graph() -> None:
@@ -60,7 +62,7 @@ def test_graph_protocol_and_as_graph() -> None:
     assert isinstance(m, Model)
     assert as_graph(m, "x") is m.graph
     assert as_graph(m.graph, "x") is m.graph
-    with pytest.raises(ncd.DefinitionError, match="ncd_perf.cost takes a model"):
+    with pytest.raises(ncd.DefinitionError, match=r"ncd_perf\.cost takes a model"):
         as_graph(3, "ncd_perf.cost")
 
 

@@ -228,7 +228,7 @@ TRICKY = [
 def test_bfloat16_rounding_is_nearest_even_bit_exact(lanes: bool) -> None:
     bits = np.array(TRICKY * 2, np.uint32)[: 32 if lanes else 35]
     x = bits.view(np.float32)
-    model = ops.cast(ncd.bfloat16).over("r")
+    model = ops.cast(ncd.bfloat16).over("r").bind(r=len(x))  # bound: the length picks the path
     exe = ncd.compile(model, "opencl")
     got = exe(x)
     assert got.dtype == ml_dtypes.bfloat16
@@ -343,10 +343,39 @@ def test_float16_rounding_is_nearest_even_bit_exact(lanes: bool) -> None:
     )
     x = np.concatenate([x, np.array([65520, -65520, 1e9, np.inf, -np.inf, -0.0], np.float32)])
     x = x[: len(x) // 8 * 8] if lanes else x[: len(x) // 8 * 8 - 1]
-    exe = ncd.compile(ops.cast(ncd.float16).over("r"), "opencl")
+    model = ops.cast(ncd.float16).over("r").bind(r=len(x))  # bound: the length picks the path
+    exe = ncd.compile(model, "opencl")
     got = exe(x)
-    graph = ncd.reference.prepare(ops.cast(ncd.float16).over("r"), [x], None)[0]
+    graph = ncd.reference.prepare(model, [x], None)[0]
     assert {k.style for k in exe.compiled(graph).gen.kernels} == {
         "vector" if lanes else "pointwise"
     }
     np.testing.assert_array_equal(got.view(np.uint16), x.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ops.softmax("x").over("r"),
+        lambda: ops.l2norm("x").over("r"),
+        lambda: nn.attention(causal=True).over("h").bind(h=2, d=8, v=8),
+    ],
+    ids=["softmax", "l2norm", "attention"],
+)
+def test_free_sizes_in_every_format(make: Any, fmt: Any) -> None:
+    """Sizes left to run time (kernel arguments, vector tails): one build serves every length."""
+    model = make().cast(fmt)
+    exe = ncd.compile(model, "opencl")
+    for n in SIZES:
+        xs = [
+            np.random.default_rng(n).standard_normal(shape).astype(fmt.numpy)
+            for shape in (
+                [(2, n, 8), (2, n, 8), (2, n, 8)] if len(model.graph.inputs) == 3 else [(5, n)]
+            )
+        ]
+        got = exe(*xs).astype(np.float64)
+        want = ncd.run(model, *xs).astype(np.float64)
+        scale = max(1.0, float(np.max(np.abs(want))))
+        tol = contraction(max(n, 8)) * eps(fmt) * (np.abs(want) + scale)
+        assert (np.abs(got - want) <= tol).all(), n
+    assert exe.builds == 1

@@ -2,6 +2,7 @@
 an unknown format is a typed error, not a KeyError."""
 
 import pytest
+import sympy as sp
 
 import ncd
 import ncd_perf
@@ -19,6 +20,18 @@ def test_a_cast_model_is_priced_with_its_item_sizes() -> None:
     assert {k.dtype for k in bf16.kernels} == {ncd.bfloat16}
     # the same as re-typing every float wire of the float32 model
     assert b16 == float(ncd_perf.cost(m, "h100", dtype="bfloat16").transfers_at(1, "bytes"))
+
+
+def test_a_cast_embedding_table_is_priced_in_its_format() -> None:
+    # the ids are int64, but the table they index is bf16 after .cast: 2 bytes an element
+    g = nn.gpt(layers=1).bind(seq=16, d_model=32, heads=2, d_head=16, d_ff=64, vocab=97)
+    machine = ncd_perf.Machine.two_level(sp.oo, unit="bytes")
+    b32, b16 = (
+        float(ncd_perf.cost(m, machine, fuse=False).transfers_at(1, "bytes"))
+        for m in (g, g.cast(ncd.bfloat16))
+    )
+    ints = 16 * 8  # the int64 ids are read at 8 bytes in both
+    assert b32 - ints == 2 * (b16 - ints)
 
 
 @pytest.mark.parametrize("bad", ["float13", "complex64"])

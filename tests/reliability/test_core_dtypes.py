@@ -31,7 +31,7 @@ MISUSES: list[tuple[str, Callable[[], Any]]] = [
     ("dtype of an unknown name", lambda: ncd.dtype("float13")),
     ("dtype of a number", lambda: ncd.dtype(32)),
     ("dtype of complex", lambda: ncd.dtype(np.complex64)),
-    ("dtype of IEEE e4m3 (not the OCP format)", lambda: ncd.dtype(ml_dtypes.float8_e4m3)),
+    ("dtype of an ml_dtypes format ncd lacks", lambda: ncd.dtype(ml_dtypes.float8_e3m4)),
     ("dtype_bytes of an unknown name", lambda: ncd.dtype_bytes("float13")),
     ("ArrayType of an unknown format", lambda: ncd.ArrayType((a,), "int8")),
     ("cast a model to an unknown format", lambda: ops.exp().cast("half")),
@@ -115,7 +115,10 @@ _floats = hnp.arrays(
 
 
 @settings(max_examples=60, deadline=None)
-@given(x=_floats, fmt=st.sampled_from(["bfloat16", "float16", "float8_e4m3", "float8_e5m2"]))
+@given(
+    x=_floats,
+    fmt=st.sampled_from(["bfloat16", "float16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2"]),
+)
 def test_ops_cast_rounds_exactly_as_ml_dtypes(x: np.ndarray, fmt: str) -> None:
     f = ncd.dtype(fmt)
     got = ncd.run(ncd.identity(ncd.ArrayType((ncd.Axis("n"),))) >> ops.cast(f), x)
@@ -142,11 +145,14 @@ def test_non_finite_inputs_survive_reduced_ops(fmt: ncd.DType) -> None:
     assert y[0] == np.inf and y[1] == 0 and np.isnan(y[2]) and y[3] == 0.5
 
 
-def test_float8_e4m3_overflow_is_nan_as_in_ml_dtypes() -> None:
-    # the OCP e4m3 format has no infinity: ml_dtypes (and hardware) give NaN past 448
+def test_float8_e4m3_overflow_is_inf_and_e4m3fn_overflow_is_nan_as_in_ml_dtypes() -> None:
+    # the OCP e4m3fn format has no infinity: ml_dtypes (and hardware) give NaN past 448
     x = np.array([448.0, 500.0, np.inf, -1e6], np.float32)
-    y = ncd.run(_typed() >> ops.cast(ncd.float8_e4m3), x).astype(np.float32)
+    y = ncd.run(_typed() >> ops.cast(ncd.float8_e4m3fn), x).astype(np.float32)
     assert y[0] == 448 and np.isnan(y[1:]).all()
+    # the IEEE-style e4m3 tops out at 240 and overflows to inf, as bf16 and fp16 do
+    z = ncd.run(_typed() >> ops.cast(ncd.float8_e4m3), x).astype(np.float32)
+    assert list(z) == [np.inf, np.inf, np.inf, -np.inf]
 
 
 def test_a_reduced_model_never_sees_a_wider_array_unrounded() -> None:

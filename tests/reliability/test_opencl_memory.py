@@ -61,7 +61,8 @@ def _live_builds() -> int:
 def test_builds_per_executable_are_bounded_and_freed_with_it() -> None:
     model = ops.softmax(ncd.Axis("x")).over(ncd.Axis("r"))
     before = _live_builds()
-    exe = ncd.compile(model, "opencl", max_builds=3)
+    # specialise: one build per size set (free sizes as arguments: tests/opencl/test_free_sizes)
+    exe = ncd.compile(model, "opencl", max_builds=3, specialise=True)
     refs = []
     for n in (1, 7, 13, 301, 2, 3):
         x = np.random.default_rng(n).standard_normal((2, n)).astype(np.float32)
@@ -83,7 +84,7 @@ def test_builds_per_executable_are_bounded_and_freed_with_it() -> None:
 
 
 def test_default_build_bound_and_bad_bound() -> None:
-    exe = ncd.compile(ops.relu().over(ncd.Axis("r")), "opencl")
+    exe = ncd.compile(ops.relu().over(ncd.Axis("r")), "opencl", specialise=True)
     for n in range(1, 10):  # nine sizes: one past the bound
         exe(np.ones(n, np.float32))
     assert len(exe._built) == 8  # type: ignore[attr-defined]

@@ -75,10 +75,27 @@ def test_non_finite_values_pass_through_a_bf16_module():
     np.testing.assert_array_equal(got, want)  # inf, 0, NaN, e, and exp(100) overflows to inf
 
 
-@pytest.mark.parametrize("fmt", [ncd.float8_e4m3, ncd.float8_e5m2], ids=str)
+@pytest.mark.parametrize("fmt", [ncd.float8_e4m3, ncd.float8_e4m3fn, ncd.float8_e5m2], ids=str)
 def test_float8_is_refused_by_torch_with_the_fix(fmt):
     m = ops.softmax("x").over("r").cast(fmt)
     with pytest.raises(ncd.DTypeError, match=rf"{fmt.name}.*no float8 arithmetic.*Fix: export"):
         ncd.export(m, "torch")
     with pytest.raises(ncd.DTypeError, match=fmt.name):
         ncd.compile(m, "torch")(np.zeros((2, 3), fmt.numpy))
+
+
+def test_a_mixed_precision_model_keeps_each_parameter_in_its_format():
+    base = nn.mlp().over("s").bind(s=7, d_model=8, d_ff=16)
+    head = ops.linear("d_model -> o").bind(o=4).named("head")
+    m = ncd.identity(*base.domain) >> ops.cast(ncd.bfloat16) >> base.cast(ncd.bfloat16)
+    m = m >> ops.cast(ncd.float32) >> head
+    p = ncd.init(m, seed=3)
+    module = ncd.export(m, "torch", params=p)
+    kinds = {n: q.dtype for n, q in module.named_parameters()}
+    assert {d for n, d in kinds.items() if n.startswith("head")} == {torch.float32}
+    assert {d for n, d in kinds.items() if not n.startswith("head")} == {torch.bfloat16}
+    x = _x((7, 8), ncd.float32)
+    got = ncd.compile(m, "torch")(x, params=p)
+    want = ncd.run(m, x, params=p)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=8 * ncd.bfloat16.eps, atol=8 * ncd.bfloat16.eps)

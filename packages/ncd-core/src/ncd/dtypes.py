@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import ml_dtypes
 import numpy as np
 
 from ncd.errors import DTypeError, UnknownDTypeError
@@ -24,6 +23,7 @@ __all__ = [
     "bool_",
     "dtype",
     "float8_e4m3",
+    "float8_e4m3fn",
     "float8_e5m2",
     "float16",
     "float32",
@@ -45,25 +45,39 @@ class DType(str):
 
     name: str
     itemsize: int
-    numpy: np.dtype[Any]
     kind: Kind
     _accumulate: str
+    _numpy: Any  # a NumPy type, or the name of an ml_dtypes type (imported on first use)
 
-    def __new__(cls, name: str, numpy: Any, kind: Kind, accumulate: str) -> DType:
+    def __new__(cls, name: str, numpy: Any, itemsize: int, kind: Kind, accumulate: str) -> DType:
         if name in FORMATS:
             raise DTypeError(f"the format {name!r} exists already. Fix: use ncd.dtype({name!r}).")
         self = super().__new__(cls, name)
-        np_dtype = np.dtype(numpy)
         for key, value in (
             ("name", name),
-            ("itemsize", np_dtype.itemsize),
-            ("numpy", np_dtype),
+            ("itemsize", itemsize),
             ("kind", kind),
             ("_accumulate", accumulate),
+            ("_numpy", numpy),
         ):
             object.__setattr__(self, key, value)
         FORMATS[name] = self
         return self
+
+    @property
+    def numpy(self) -> np.dtype[Any]:
+        """The NumPy dtype of arrays in this format (ml_dtypes' for bfloat16 and float8, imported
+        the first time one is asked for: ``import ncd`` stays light)."""
+        spec = self._numpy
+        if isinstance(spec, np.dtype):
+            return spec
+        if isinstance(spec, str):
+            import ml_dtypes
+
+            spec = getattr(ml_dtypes, spec)
+        found: np.dtype[Any] = np.dtype(spec)
+        object.__setattr__(self, "_numpy", found)
+        return found
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError(f"ncd.{self.name} is frozen: its {key} cannot be set")
@@ -104,29 +118,31 @@ class DType(str):
         """The gap between 1 and the next value (machine epsilon); 0 for integer formats."""
         if self.kind != "float":
             return 0.0
+        import ml_dtypes
+
         return float(ml_dtypes.finfo(self.numpy).eps)  # type: ignore[no-untyped-call]
 
 
 #: name -> format: the table every lookup reads (filled in by ``DType.__new__``).
 FORMATS: dict[str, DType] = {}
 
-float64 = DType("float64", np.float64, "float", "float64")
-float32 = DType("float32", np.float32, "float", "float32")
-float16 = DType("float16", np.float16, "float", "float32")
-bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "float", "float32")
-# The OCP / NVIDIA e4m3 format (no infinities, max 448: ``float8_e4m3fn`` in ml_dtypes and torch),
-# the one hardware computes in; ml_dtypes' IEEE-style ``float8_e4m3`` is not an ncd format.
-float8_e4m3 = DType("float8_e4m3", ml_dtypes.float8_e4m3fn, "float", "float32")
-float8_e5m2 = DType("float8_e5m2", ml_dtypes.float8_e5m2, "float", "float32")
-int64 = DType("int64", np.int64, "int", "int64")
-int32 = DType("int32", np.int32, "int", "int64")
-bool_ = DType("bool", np.bool_, "bool", "int64")
+float64 = DType("float64", np.float64, 8, "float", "float64")
+float32 = DType("float32", np.float32, 4, "float", "float32")
+float16 = DType("float16", np.float16, 2, "float", "float32")
+bfloat16 = DType("bfloat16", "bfloat16", 2, "float", "float32")
+# Every name is the NumPy / ml_dtypes name of the same format, so ``np.dtype(ncd.float8_e4m3)``
+# (which NumPy reads as the string it is, once ml_dtypes is imported) means the same format as
+# ``ncd.float8_e4m3.numpy``.
+float8_e4m3 = DType("float8_e4m3", "float8_e4m3", 1, "float", "float32")  # IEEE: inf, max 240
+# The OCP / NVIDIA e4m3 (no inf, max 448, overflow is NaN): torch's float8_e4m3fn.
+float8_e4m3fn = DType("float8_e4m3fn", "float8_e4m3fn", 1, "float", "float32")
+float8_e5m2 = DType("float8_e5m2", "float8_e5m2", 1, "float", "float32")
+int64 = DType("int64", np.int64, 8, "int", "int64")
+int32 = DType("int32", np.int32, 4, "int", "int64")
+bool_ = DType("bool", np.bool_, 1, "bool", "int64")
 
 #: other spellings of a format: ``float8`` (the cost model's name for 8-bit floats) is e4m3.
-ALIASES: dict[str, DType] = {"float8": float8_e4m3, "float8_e4m3fn": float8_e4m3}
-
-#: NumPy dtype -> format (ml_dtypes types hash as NumPy dtypes).
-_BY_NUMPY: dict[np.dtype[Any], DType] = {t.numpy: t for t in FORMATS.values()}
+ALIASES: dict[str, DType] = {"float8": float8_e4m3}
 
 
 def dtype(value: object) -> DType:
@@ -149,8 +165,10 @@ def dtype(value: object) -> DType:
             np_dtype = np.dtype(value)  # type: ignore[call-overload]
         except (TypeError, ValueError):
             np_dtype = None
-        if np_dtype is not None and np_dtype in _BY_NUMPY:
-            return _BY_NUMPY[np_dtype]
+        # by name, then checked: an ml_dtypes type is only met once ml_dtypes is imported
+        found = FORMATS.get(np_dtype.name) if np_dtype is not None else None
+        if found is not None and found.numpy == np_dtype:
+            return found
     raise UnknownDTypeError(
         f"unknown element format {_show(value)}. Fix: use one of {', '.join(FORMATS)} "
         "(ncd.bfloat16, ncd.dtype('float16'), ncd.dtype(np.float16), "

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 
 from ncd.axis import Axis, check_name, show
-from ncd.dtypes import DType, float32
+from ncd.dtypes import FORMATS, DType, float32
 from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DefinitionError, DTypeError
 
@@ -244,9 +244,9 @@ def _op_format(value: Any) -> DType | None:
     fmt = to_dtype(value)
     if fmt.kind != "float":
         raise DTypeError(
-            f"an op's format must be a float format, got {fmt!r}. Fix: cast to one of float64, "
-            "float32, float16, bfloat16, float8_e4m3, float8_e5m2 (integer wires such as token "
-            "ids keep their type by themselves)."
+            f"an op's format must be a float format, got {fmt!r}. Fix: cast to one of "
+            f"{', '.join(n for n, t in FORMATS.items() if t.kind == 'float')} (integer wires such "
+            "as token ids keep their type by themselves)."
         )
     return fmt
 

@@ -15,13 +15,14 @@ import attrs
 import numpy as np
 
 from ncd.axis import Axis, dtype_bytes
-from ncd.dtypes import FORMATS, DType, float64
+from ncd.dtypes import DType, float64
 from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DTypeError, IndexRangeError, ParameterError, SizeError
 from ncd.graph import Graph, Node
 from ncd.op import Op, registrar
 from ncd.primitives import library as L
 from ncd.sizes import check_bytes, memory_limit
+from ncd.walk import forward, rule_for
 
 __all__ = [
     "INDEX_RULES",
@@ -289,26 +290,27 @@ def evaluate(
     table = REFERENCE_RULES if rules is None else rules
     check_memory(graph)
     ctx = Context(graph, training, np.random.default_rng(seed))
-    env: dict[int, Array] = dict(zip(graph.inputs, inputs, strict=True))
-    for i, node in enumerate(graph.nodes):
+
+    def step(i: int, node: Node, arrays: list[Array]) -> list[Array]:
         xs = [
-            _upcast(_arrange(env[v], graph.values[v].axes, node.loop, core), graph.values[v].dtype)
-            for v, core in zip(node.inputs, node.core_in, strict=True)
+            _upcast(_arrange(x, graph.values[v].axes, node.loop, core), graph.values[v].dtype)
+            for x, v, core in zip(arrays, node.inputs, node.core_in, strict=True)
         ]
         ps = {p.name: _upcast(params[name], p.dtype) for name, p in node.params()}
         outs = node_hook(i, node, xs, ps, ctx) if node_hook is not None else None
         if outs is None:
-            rule = table.get(type(node.op))
+            rule = rule_for(table, node.op)
             if rule is None:
                 raise NotImplementedError(f"no reference rule for op kind {node.op.kind!r}")
             outs = rule(node.op, xs, ps, ctx)
+        ys = []
         for v, y in zip(node.outputs, outs, strict=True):
             shape = graph.shape(v)
             y = _round(np.asarray(y), graph.values[v].dtype)
-            if y.shape != shape:
-                y = np.broadcast_to(y, shape)
-            env[v] = y
-    return [env[v] for v in graph.outputs]
+            ys.append(y if y.shape == shape else np.broadcast_to(y, shape))
+        return ys
+
+    return forward(graph, inputs, step)
 
 
 def _upcast(x: Array, fmt: DType) -> Array:
@@ -362,8 +364,14 @@ _NEVER_KINDS = {
     "m": "timedelta",
 }
 
-#: NumPy dtype -> ncd format, for arrays (ml_dtypes' bfloat16 and float8 have NumPy kind "V").
-_FORMAT_OF: dict[np.dtype[Any], DType] = {t.numpy: t for t in FORMATS.values()}
+
+def _format_of(dt: np.dtype[Any]) -> DType | None:
+    """The ncd format of an array's dtype, or ``None`` (ml_dtypes' bfloat16 and float8 have NumPy
+    kind "V", so the kind alone cannot tell them from void data)."""
+    try:
+        return to_dtype(dt)
+    except DTypeError:
+        return None
 
 
 def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
@@ -378,7 +386,7 @@ def check_dtype(array: Array, wire: str, what: str, cast: Casting) -> None:
     dt = array.dtype
     fmt = to_dtype(wire)
     target = fmt.numpy
-    src = _FORMAT_OF.get(dt)
+    src = _format_of(dt)
     integral = fmt.kind != "float"
     if src is None and dt.kind in _NEVER_KINDS:
         reason = f"{_NEVER_KINDS[dt.kind]} data has no {wire} value"

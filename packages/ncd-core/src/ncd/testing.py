@@ -6,6 +6,9 @@ tests subclass::
 
     class TestMyBackend(ncd.testing.BackendConformance):
         target = "mybackend"
+
+``free_sizes = True`` runs every case with the sizes its inputs determine left free when
+compiling (``Case.free_model``): a backend that takes sizes at run time is checked there too.
 """
 
 from __future__ import annotations
@@ -57,6 +60,23 @@ class Case:
 
     def params(self, dtype: Any = np.float32) -> dict[str, np.ndarray]:
         return init(self.model, seed=1, dtype=dtype)
+
+    def free_model(self) -> Any:
+        """The case's graph with every size class left free that the inputs fix on their own:
+        classes of input axes that no parameter holds and no view constraint ties (a
+        parameter's shape, or a product, would need the size before running)."""
+        graph = self.model.graph
+        held = {a.uid for n in graph.nodes for p in n.op.params() for a in p.axes}
+        for n in graph.nodes:
+            for c in n.op.constraints():
+                held.update(a.uid for a in (c.result, *c.factors))
+        seen = {a.uid for v in graph.inputs for a in graph.values[v].axes}
+        free = {}
+        for _, members in graph._classes:
+            uids = {a.uid for a in members}
+            if uids & seen and not uids & held:
+                free.update(dict.fromkeys(uids))
+        return graph.with_sizes(free)
 
     def expected(self, dtype: Any = np.float64) -> list[np.ndarray]:
         out = run(self.model, *self.inputs(dtype), params=self.params(dtype))
@@ -267,6 +287,8 @@ class BackendConformance:
     dtype: ClassVar[Any] = np.float32
     expected_failures: ClassVar[dict[str, str]] = {}
     compile_options: ClassVar[dict[str, Any]] = {}
+    #: compile each case with the sizes its inputs fix left free (``Case.free_model``)
+    free_sizes: ClassVar[bool] = False
 
     def compile(self, model: Term) -> Any:
         from ncd.api import compile
@@ -280,7 +302,7 @@ class BackendConformance:
             case = case_by_name(name)
             if name in self.expected_failures:
                 pytest.xfail(self.expected_failures[name])
-            exe = self.compile(case.model)
+            exe = self.compile(case.free_model() if self.free_sizes else case.model)
             got = exe(*case.inputs(self.dtype), params=case.params(self.dtype))
             got = list(got) if isinstance(got, tuple | list) else [got]
             want = case.expected(np.float64)

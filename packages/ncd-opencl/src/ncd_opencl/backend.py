@@ -1,14 +1,19 @@
 """The ``opencl`` backend: ``ncd.compile(model, "opencl")`` -> a callable over NumPy arrays.
 
-Sizes are read from the inputs on each call (as the reference does); each distinct set of
-sizes is generated and built once, and an executable keeps its ``max_builds`` most recently
-used builds (default 8). Calls are thread-safe: one executable runs one call at a time (a lock
-per executable; different executables run in parallel). Arrays are taken and returned in each
-wire's format: float32, float16 (``numpy.float16``), bfloat16 (``ml_dtypes.bfloat16``), float64
-where the device has fp64, and int64 ids; anything else is refused before device work
-(``DTypeError``). Parameters are read in place on host-memory devices, so changing them in place
-between calls is seen; elsewhere they are uploaded again whenever their contents differ from the
-last upload.
+Sizes are read from the inputs on each call (as the reference does). A size bound before
+compiling is a constant in the kernels; one left free is a kernel argument, so one program
+build serves every length (``exe.builds`` counts builds): per call the backend binds the free
+sizes, checks them (``check_fits``, ``check_index``) before any device work, allocates the
+intermediates for those sizes (kept for the ``max_builds`` most recently used size sets) and
+passes the sizes with the buffers. A call whose arrays pass 2^31 - 1 elements runs a second,
+64-bit build. ``specialise=True`` instead builds once per distinct set of sizes, every size a
+constant (the executable keeps its ``max_builds`` most recently used builds, default 8).
+Calls are thread-safe: one executable runs one call at a time (a lock per executable;
+different executables run in parallel). Arrays are taken and returned in each wire's format:
+float32, float16 (``numpy.float16``), bfloat16 (``ml_dtypes.bfloat16``), float64 where the
+device has fp64, and int64 ids; anything else is refused before device work (``DTypeError``).
+Parameters are read in place on host-memory devices, so changing them in place between calls is
+seen; elsewhere they are uploaded again whenever their contents differ from the last upload.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ __all__ = [
     "OpenCLExecutable",
     "check_fits",
     "check_formats",
+    "check_index",
     "check_out",
     "device_has_fp64",
 ]
@@ -86,6 +92,52 @@ def _mb(n: int) -> str:
 def _nbytes(graph: Graph, b: Any) -> int:
     """Bytes of kernel buffer ``b`` (dense, over bound sizes)."""
     return math.prod(int(graph.size(a) or 1) for a in b.axes) * to_dtype(b.dtype).itemsize
+
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+#: headroom below an index type's limit: kernels add up to a chunk, a block or a work-group
+#: of indices to an in-range one (``x0 + CHUNK``, ``(n + 63) / 64``) before comparing
+MARGIN = 2**16
+
+
+def _size_args(graph: Graph, src: Any) -> list[int]:
+    """The values of a kernel's size arguments for ``graph``'s (bound) sizes."""
+    return [int(graph.size(graph.axis_by_uid[uid]) or 0) for _, uid in src.sizes]
+
+
+def _launch_size(graph: Graph, src: Any) -> tuple[int, ...]:
+    """The global size of one launch for ``graph``'s sizes (computed on the host per call)."""
+    from ncd.codegen.layout import evaluate
+
+    env = {name: n for (name, _), n in zip(src.sizes, _size_args(graph, src), strict=True)}
+    return tuple(evaluate(d, env) for d in src.global_size)
+
+
+def check_index(graph: Graph, gen: Any, wide: bool) -> bool:
+    """Whether the build's index type holds every element offset, work-item index and size
+    argument of a call with ``graph``'s sizes: ``True`` when ``int`` does, ``False`` when only
+    a 64-bit build does (``wide`` says the build at hand already is one). Past what 64 bits
+    hold: ``SizeError`` naming the axes, their values and the fix."""
+    from ncd.errors import SizeError
+
+    need, what = 0, ""
+    for k in gen.kernels:
+        for b in k.buffers:
+            n = math.prod(int(graph.size(a) or 1) for a in b.axes)
+            if n > need:
+                need, what = n, f"a buffer over ({', '.join(a.describe() for a in b.axes)})"
+        for n in (*_launch_size(graph, k), *_size_args(graph, k)):
+            if n > need:
+                need, what = n, f"the launch of kernel {k.name}"
+    if need > LONG_MAX - MARGIN:
+        free = ", ".join(f"{a.describe()} = {graph.size(a)}" for a in graph.axes if a.size is None)
+        raise SizeError(
+            f"{what} needs {need:,} elements or indices; a 64-bit index holds at most "
+            f"{LONG_MAX:,} (sizes: {free or 'all bound'}). Fix: run the work in smaller "
+            "batches (smaller sizes for these axes)."
+        )
+    return need <= INT_MAX - MARGIN or wide
 
 
 def check_fits(graph: Graph, gen: Any, device: Any) -> None:
@@ -144,7 +196,9 @@ def _describe(graph: Graph, kind: str, what: Any) -> tuple[str, str]:
 
 
 class Compiled:
-    """One bound graph built for one device: kernels with their buffers, ready to launch.
+    """One graph built for one device: kernels with their buffers, ready to launch. A graph
+    with free sizes is built once with them as kernel arguments; ``run`` then takes the bound
+    graph of the call (``prepare``) and keeps intermediates per size set (``max_sizes``).
     Not thread-safe by itself: ``OpenCLExecutable`` serialises the calls (kernel objects'
     arguments and the intermediate buffers are shared between launches)."""
 
@@ -157,6 +211,8 @@ class Compiled:
         tiled: bool,
         local_memory: bool | None = None,
         plan: Any = None,
+        wide: bool = False,
+        max_sizes: int = 8,
     ) -> None:
         import pyopencl as cl
 
@@ -169,15 +225,21 @@ class Compiled:
         check_formats(graph, self.device)
         if local_memory is None:  # on-chip local memory (GPUs) pays for staging; CPUs' does not
             local_memory = self.device.local_mem_type == cl.device_local_mem_type.LOCAL
-        self.gen = generate(graph, fuse=fuse, tiled=tiled, local=local_memory, plan=plan)
-        check_fits(graph, self.gen, self.device)
+        self.gen = generate(graph, fuse=fuse, tiled=tiled, local=local_memory, plan=plan, wide=wide)
+        #: free sizes are kernel arguments (else every size is a constant)
+        self.free = bool(graph.config().free)
+        self.wide = wide
+        self.max_sizes = max_sizes
+        if not self.free:
+            check_fits(graph, self.gen, self.device)
         self.program = build(self.gen.source, device, default_options(fast_math))
-        mf = cl.mem_flags
         self.values: dict[int, Any] = {}
-        for k in self.gen.kernels:
-            for b in k.buffers:
-                if b.value is not None and b.value not in self.values:
-                    self.values[b.value] = cl.Buffer(self.ctx, mf.READ_WRITE, _nbytes(graph, b))
+        # size set -> intermediate buffers for it (free sizes), least recently used dropped
+        self._sized: OrderedDict[tuple[int, ...], tuple[dict[int, Any], list[Any]]]
+        self._sized = OrderedDict()
+        self._free_axes = tuple(a for a in graph.axes if a.size is None)
+        if not self.free:
+            self.values = self._allocate(graph)
         # name -> (the caller's array, its buffer, the snapshot uploaded; None: read in place)
         self.params: dict[str, tuple[Any, Any, np.ndarray | None]] = {}
         # one kernel object per function: identical layers launch the same one (PoCL compiles
@@ -185,6 +247,53 @@ class Compiled:
         functions = {k.name: cl.Kernel(self.program, k.name) for k in self.gen.kernels if k.text}
         self.launches = [(functions[k.name], k) for k in self.gen.kernels]
         self.zero_copy = bool(self.device.host_unified_memory)
+
+    def _allocate(self, graph: Graph) -> dict[int, Any]:
+        import pyopencl as cl
+
+        values: dict[int, Any] = {}
+        for k in self.gen.kernels:
+            for b in k.buffers:
+                if b.value is not None and b.value not in values:
+                    values[b.value] = cl.Buffer(
+                        self.ctx, cl.mem_flags.READ_WRITE, max(4, _nbytes(graph, b))
+                    )
+        return values
+
+    def sized(self, graph: Graph) -> dict[int, Any]:
+        """The value buffers for the sizes of bound ``graph``: checked (``check_fits``,
+        ``check_index``) and allocated the first time a size set is seen, before any device
+        work; the ``max_sizes`` most recently used size sets are kept."""
+        return self._for_sizes(graph)[0]
+
+    def _for_sizes(self, graph: Graph) -> tuple[dict[int, Any], list[Any]]:
+        """``sized`` and, per launch, its global size and size arguments for these sizes."""
+        if not self.free:
+            return self.values, []
+        key = tuple(int(graph.size(a) or 0) for a in self._free_axes)
+        hit = self._sized.get(key)
+        if hit is not None:
+            self._sized.move_to_end(key)
+            return hit
+        if not check_index(graph, self.gen, self.wide):
+            from ncd.errors import SizeError
+
+            raise SizeError(
+                "this build indexes with int but the call's arrays pass 2^31 - 1 elements "
+                "(a code generation bug: the executable picks the 64-bit build for them). "
+                "Fix: report it; compile with wide=True meanwhile."
+            )
+        check_fits(graph, self.gen, self.device)
+        index = np.int64 if self.wide else np.int32
+        launch = [
+            (_launch_size(graph, src), [index(n) for n in _size_args(graph, src)])
+            for _, src in self.launches
+        ]
+        entry = (self._allocate(graph), launch)
+        self._sized[key] = entry
+        while len(self._sized) > self.max_sizes:
+            self._sized.popitem(last=False)
+        return entry
 
     def _param(self, name: str, arr: np.ndarray, fmt: str = "float32") -> Any:
         """The buffer of a parameter of format ``fmt``. On host-memory devices a C-contiguous
@@ -221,17 +330,24 @@ class Compiled:
         return buf
 
     def profile(
-        self, arrays: list[np.ndarray], params: dict[str, np.ndarray], reps: int = 3
+        self,
+        arrays: list[np.ndarray],
+        params: dict[str, np.ndarray],
+        reps: int = 3,
+        graph: Graph | None = None,
     ) -> dict[str, float]:
-        """Median seconds per kernel (each launch waited for), after one warm-up run."""
+        """Median seconds per kernel (each launch waited for), after one warm-up run
+        (``graph``: the call's bound graph, for a build with free sizes)."""
         import time
 
-        self.run(arrays, params)
+        g = self.graph if graph is None else graph
+        self.run(arrays, params, graph=g)
+        values, launch = self._for_sizes(g)
         times: dict[str, list[float]] = {src.name: [] for _, src in self.launches}
         for _ in range(reps):
-            for kern, src in self.launches:
+            for n, (kern, src) in enumerate(self.launches):
                 t0 = time.perf_counter()
-                self._launch(kern, src, params)
+                self._launch(kern, src, params, values, None, launch[n] if launch else None)
                 self.queue.finish()
                 times[src.name].append(time.perf_counter() - t0)
         return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
@@ -243,6 +359,7 @@ class Compiled:
         params: dict[str, np.ndarray],
         values: dict[int, Any] | None = None,
         bufs: dict[str, Any] | None = None,
+        launch: tuple[tuple[int, ...], list[Any]] | None = None,
     ) -> None:
         values = self.values if values is None else values
         bufs = {} if bufs is None else bufs  # each parameter resolved once per call
@@ -254,23 +371,30 @@ class Compiled:
                 if b.param not in bufs:
                     bufs[b.param] = self._param(b.param, params[b.param], b.dtype)
                 args.append(bufs[b.param])
-        kern(self.queue, src.global_size, src.local_size, *args)
+        if launch is None:  # every size a literal
+            kern(self.queue, src.global_size, src.local_size, *args)
+            return
+        gsize, sizes = launch  # this call's launch size and size arguments
+        kern(self.queue, gsize, src.local_size, *args, *sizes)
 
     def run(
         self,
         arrays: list[np.ndarray],
         params: dict[str, np.ndarray],
         out: list[np.ndarray] | None = None,
+        graph: Graph | None = None,
     ) -> list[np.ndarray]:
-        """Inputs in, outputs out (into ``out`` when given, checked by ``check_out``). On a
+        """Inputs in, outputs out (into ``out`` when given, checked by ``check_out``);
+        ``graph``: the call's bound graph (``prepare``) for a build with free sizes. On a
         device sharing host memory (PoCL's CPU device) the kernels read the input arrays and
         write the output arrays in place (``USE_HOST_PTR`` buffers, mapped once at the end for
         coherence; vector accesses need only element alignment, see the dialect); elsewhere
         they are copied."""
         import pyopencl as cl
 
-        g, mf = self.graph, cl.mem_flags
-        values = dict(self.values)
+        g, mf = (self.graph if graph is None else graph), cl.mem_flags
+        fixed, launch = self._for_sizes(g)
+        values = dict(fixed)
         mapped = []
         for v, x in zip(g.inputs, arrays, strict=True):
             if v in values:
@@ -295,8 +419,8 @@ class Compiled:
             first.setdefault(v, k)
             outs.append(host)
         bufs: dict[str, Any] = {}
-        for kern, src in self.launches:
-            self._launch(kern, src, params, values, bufs)
+        for n, (kern, src) in enumerate(self.launches):
+            self._launch(kern, src, params, values, bufs, launch[n] if launch else None)
         for k, (v, host) in enumerate(zip(g.outputs, outs, strict=True)):
             if first[v] != k:
                 continue  # a repeated output: copied from its first slot below
@@ -378,6 +502,8 @@ class OpenCLExecutable(Executable):
         local_memory: bool | None = None,
         max_builds: int = 8,
         plan: Any = None,
+        specialise: bool = False,
+        wide: bool | None = None,
     ) -> None:
         from ncd.errors import SizeError
 
@@ -386,28 +512,111 @@ class OpenCLExecutable(Executable):
                 f"max_builds={max_builds!r}: an executable must keep at least one "
                 "build. Fix: pass max_builds >= 1 (default 8)."
             )
+        if wide not in (None, True, False):
+            raise SizeError(
+                f"wide={wide!r}: expected None (64-bit indices only for calls that need "
+                "them), True (always) or False (never; such a call is refused). Fix: pass one "
+                "of these."
+            )
         self.model = model
         self.options = (device, fast_math, fuse, tiled, local_memory, plan)
         self.max_builds = max_builds
+        self.specialise = bool(specialise)
+        self.wide = wide
         self._built: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
+        self._builds = 0
+        self._last: Compiled | None = None
+        self._free_axes: tuple[Any, ...] | None = None  # the model's run-time sizes
+        self._routes: OrderedDict[tuple[int, ...], bool] = OrderedDict()  # sizes -> wide
         # one call at a time: kernel objects (their arguments) and intermediate buffers are
         # shared between the calls of one build; a lock costs ~0.1 us against a call's launches
         self._lock = threading.RLock()
 
+    @property
+    def builds(self) -> int:
+        """Program builds this executable has made (one serves every value of a free size;
+        a 64-bit variant, or with ``specialise=True`` each size set, is one more)."""
+        return self._builds
+
+    @property
+    def kernel_count(self) -> int:
+        """Kernels launched by one call (of the build the last call used; 0 before any)."""
+        return 0 if self._last is None else len(self._last.launches)
+
+    def _build(self, key: tuple[Any, ...], make: Any) -> Compiled:
+        hit = self._built.get(key)
+        if hit is not None:
+            self._built.move_to_end(key)
+            return hit
+        built: Compiled = make()
+        self._builds += 1
+        self._built[key] = built
+        while len(self._built) > self.max_builds:
+            self._built.popitem(last=False)
+        return built
+
     def compiled(self, graph: Graph) -> Compiled:
-        """The build for ``graph``'s sizes (least recently used builds beyond ``max_builds``
-        are dropped, and their device buffers with them)."""
-        key = tuple((a.uid, graph.size(a)) for a in graph.axes)
+        """The build serving ``graph`` (the call's bound graph): with free sizes the one
+        build taking them as arguments (its 64-bit variant when the call's arrays pass
+        2^31 - 1 elements), else (or with ``specialise=True``) the build for these sizes.
+        Least recently used builds beyond ``max_builds`` are dropped, with their buffers."""
+        from ncd.graph import as_graph
+
         with self._lock:
-            hit = self._built.get(key)
-            if hit is not None:
-                self._built.move_to_end(key)
-                return hit
-            built = Compiled(graph, *self.options)
-            self._built[key] = built
-            while len(self._built) > self.max_builds:
-                self._built.popitem(last=False)
-            return built
+            model = as_graph(self.model, "compiling")
+            if self._free_axes is None:
+                plan = self.options[-1]  # a plan of a bound graph renders that graph only
+                run_time = (
+                    not self.specialise
+                    and bool(model.config().free)
+                    and (plan is None or bool(plan.graph.config().free))
+                )
+                self._free_axes = tuple(a for a in model.axes if a.size is None and run_time)
+            if not self._free_axes:
+                key = tuple((a.uid, graph.size(a)) for a in graph.axes)
+                self._last = self._build(key, lambda: Compiled(graph, *self.options))
+                return self._last
+            sizes = tuple(int(graph.size(a) or 0) for a in self._free_axes)
+            routed = self._routes.get(sizes)
+            if routed is not None:  # checked before: the build these sizes take
+                self._last = self._build(("free", routed), lambda: self._free(model, routed))
+                return self._last
+            self._last = self._route(model, graph)
+            self._routes[sizes] = self._last.wide
+            while len(self._routes) > 64:
+                self._routes.popitem(last=False)
+            return self._last
+
+    def _route(self, model: Graph, graph: Graph) -> Compiled:
+        """The free-size build for a call with ``graph``'s sizes, checked: ``int`` indices
+        when they hold every offset, else the 64-bit build (or a ``SizeError``)."""
+        from ncd.errors import SizeError
+
+        if not self.wide:
+            narrow = self._build(("free", False), lambda: self._free(model, False))
+            if check_index(graph, narrow.gen, False):
+                return narrow
+            if self.wide is False:
+                free = ", ".join(
+                    f"{a.describe()} = {graph.size(a)}" for a in model.axes if a.size is None
+                )
+                raise SizeError(
+                    f"the sizes of this call ({free}) give arrays or launches past "
+                    f"2^31 - 1 = {INT_MAX:,} elements, more than the int indices and "
+                    "size arguments of this build hold, and wide=False forbids the 64-bit "
+                    "build. Fix: compile with wide=None (the default) or wide=True, or run "
+                    "the work in smaller batches."
+                )
+            check_fits(graph, narrow.gen, narrow.device)  # arrays the device cannot hold: no build
+        wide = self._build(("free", True), lambda: self._free(model, True))
+        check_index(graph, wide.gen, True)  # past 64 bits: SizeError
+        return wide
+
+    def _free(self, model: Graph, wide: bool) -> Compiled:
+        device, fast_math, fuse, tiled, local_memory, plan = self.options
+        return Compiled(
+            model, device, fast_math, fuse, tiled, local_memory, plan, wide, self.max_builds
+        )
 
     def __call__(self, *inputs: Any, params: Any = None, out: Any = None) -> Any:
         """Run on NumPy arrays. ``out``: an array (or a tuple, one per output) to write into
@@ -418,7 +627,7 @@ class OpenCLExecutable(Executable):
         graph, arrays, ps = prepare(self.model, inputs, params, cast="safe")
         given = None if out is None else check_out(graph, out, arrays)
         with self._lock:
-            outs = self.compiled(graph).run(arrays, ps, given)
+            outs = self.compiled(graph).run(arrays, ps, given, graph)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
@@ -433,9 +642,13 @@ class OpenCLBackend(Backend):
         False), ``fuse`` (True: ncd.fuse or the local planner; ``"local"``; False: one kernel
         per op), ``tiled`` (use the tiled matmul template), ``local_memory`` (stage matmul
         tiles in ``__local`` memory; default: when the device's local memory is dedicated),
-        ``max_builds`` (builds kept for distinct input sizes, least recently used dropped;
-        default 8), ``plan`` (render this plan, ``ncd.plan(model, target="opencl")``: its
-        graph must be the one each call binds)."""
+        ``max_builds`` (builds kept, and with free sizes the size sets whose intermediates
+        are kept; least recently used dropped; default 8), ``plan`` (render this plan,
+        ``ncd.plan(model, target="opencl")``: its graph must be the one each call binds, or
+        the model's own with its free sizes), ``specialise`` (build once per distinct set of
+        sizes with every size a constant, instead of one build taking free sizes as kernel
+        arguments), ``wide`` (64-bit indices: None, when a call's arrays need them (a second
+        build); True, always; False, never: such a call is a ``SizeError``)."""
         return OpenCLExecutable(model, **options)
 
     def plan(self, graph: Any, *, tiles: Any = None, **options: Any) -> Any:

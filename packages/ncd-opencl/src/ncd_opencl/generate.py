@@ -72,13 +72,16 @@ def generate(
     local: bool = False,
     plan: FusionPlan | None = None,
     tiles: Mapping[Any, int] | None = None,
+    wide: bool = False,
 ) -> Generated:
     """Render ``plan`` (default: ``opencl_plan(graph, fuse, tiled, local, tiles)``, which is
     what ``ncd.plan(model, target="opencl")`` returns). ``local``: stage matmul tiles in
     ``__local`` memory (for devices where it is dedicated on-chip memory;
     ``ncd_opencl.backend`` decides from the device). A plan given is rendered as it is: its
     graph must be ``graph``, its target ``"opencl"`` or ``None`` (ncd's own plan, rendered
-    with the templates' default tiles)."""
+    with the templates' default tiles). Sizes still free in ``graph`` become kernel
+    arguments (one program serves every length); ``wide``: 64-bit indices and size
+    arguments throughout (the build for arrays past 2^31 - 1 elements)."""
     from ncd.errors import ScheduleError
     from ncd_opencl.schedule import check, opencl_plan
 
@@ -107,7 +110,7 @@ def generate(
     kernels = []
     seen: set[str] = set()
     for k in plan.kernels:
-        src = render_kernel(k, OPENCL, rules, layouts, tpl)
+        src = render_kernel(k, OPENCL, rules, layouts, tpl, wide)
         if src.name in seen:  # kernel names must be unique within one program
             src = attrs.evolve(
                 src,

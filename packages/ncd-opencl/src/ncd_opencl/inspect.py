@@ -25,7 +25,7 @@ def _elems(graph: Graph, axes: Any) -> int:
 def kernel_bytes(graph: Graph, src: KernelSource) -> dict[str, int]:
     """Bytes one launch reads and writes in global memory, counting each buffer once: the
     kernel's inputs and parameters, and its outputs (the compulsory traffic; re-reads served
-    by caches are not counted)."""
+    by caches are not counted). An axis left free to run time counts as size 1."""
     read = written = 0
     for b in src.buffers:
         t = graph.values[b.value].dtype if b.value is not None else "float32"
@@ -58,8 +58,10 @@ def plan_dict(gen: Generated) -> dict[str, Any]:
                 "reads": [f"{v} {g.values[v]}" for v in k.inputs],
                 "writes": [f"{v} {g.values[v]}" for v in k.outputs],
                 "params": [b.param for b in src.buffers if b.param is not None],
-                "global_size": list(src.global_size),
+                # a size left free is its C expression over the kernel's size arguments
+                "global_size": [n if isinstance(n, int) else str(n) for n in src.global_size],
                 "local_size": list(src.local_size) if src.local_size else None,
+                "size_arguments": [name for name, _ in src.sizes],
                 "bytes": kernel_bytes(g, src),
                 "source": f"{src.name}.cl",
                 "plan_kernel": k.name,

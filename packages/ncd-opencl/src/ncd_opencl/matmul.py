@@ -10,7 +10,8 @@ loaded cooperatively between two barriers, and every work-item reads its rows fr
 PoCL's CPU device that is slower (a barrier makes PoCL save the accumulators, halving the rate:
 local memory is ordinary memory there), so CPU devices use the cache-blocked loop. Rows and
 columns past the ends are clamped on read and masked on write
-(any M, N; K a multiple of 8, else the pointwise renderer runs). The epilogue (bias, GELU,
+(any M, N; K a multiple of 8, else the pointwise renderer runs, or a size left to run time:
+whole vectors, then a scalar tail; local tiles zero-pad K). The epilogue (bias, GELU,
 residual add, renames) is the generic pull-based renderer reading the finished sums.
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 
 from ncd.axis import Axis
 from ncd.codegen import KernelGen, KernelSource
+from ncd.codegen.layout import Size, ceil_div
 from ncd.primitives import library as L
 from ncd_opencl.schedule import work_group
 
@@ -32,7 +34,7 @@ KC = 256  # contracted elements per chunk (cache blocking)
 KL = 32  # contracted elements per __local tile (local staging)
 
 
-def _contiguous(buf: Any, axes: tuple[Axis, ...], sizes: dict[Axis, int]) -> bool:
+def _contiguous(buf: Any, axes: tuple[Axis, ...], sizes: dict[Axis, Size]) -> bool:
     """The axes are the buffer's last ones, in order (one unit-stride run)."""
     return tuple(buf.axes[len(buf.axes) - len(axes) :]) == tuple(axes)
 
@@ -66,7 +68,10 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     kdim = math.prod(gen.size(a) for a in op.in_axes)
     msz = math.prod(gen.size(a) for a in m_axes)
     nsz = math.prod(gen.size(a) for a in n_axes)
-    if kdim % VW or msz < RM or nsz < RN:
+    # run-time M or N: reads clamped, writes masked; a run-time K: whole vectors, then a tail
+    if isinstance(kdim, int) and kdim % VW:
+        return None
+    if (isinstance(msz, int) and msz < RM) or (isinstance(nsz, int) and nsz < RN):
         return None
     full = set(m_axes) | set(n_axes)
     for v in k.outputs:
@@ -87,7 +92,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
             return None
     cv = d.vector(gen.ctype, VW)  # accumulator and row vectors
     w = gen.w
-    mb, nb = -(-msz // RM), -(-nsz // RN)
+    mb, nb = ceil_div(msz, RM), ceil_div(nsz, RN)
     it = gen.itype  # 64-bit when an array passes 2^31 elements
     w.line(f"const {it} nb = {gen.dialect.gid(0, gen.wide)};")
     w.line(f"const {it} mb = {gen.dialect.gid(1, gen.wide)};")
@@ -136,7 +141,8 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
             c = f"c{i}_{j}"
             one = f"({d.vector(gen.ctype, 4)})({gen.lit(1.0)})"
             w.line(f"{gen.ctype} {s} = dot({c}.lo, {one}) + dot({c}.hi, {one});")
-            if kv < kdim:
+            tail = not isinstance(kv, int) or not isinstance(kdim, int) or kv < kdim
+            if tail and not local:  # (local tiles zero-pad K instead)
                 xk, wk = d.load(xb.dtype, f"a{i}", "k"), d.load(wb.dtype, f"b{j}", "k")
                 w.line(f"for ({it} k = {kv}; k < {kdim}; ++k) {s} += {xk} * {wk};")
             sums[i, j] = s
@@ -162,7 +168,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                     for v in k.outputs:
                         gen.write(v, env, [])
     wg_m, wg_n = work_group(k, m_axes, n_axes, (RM, RN), (WG_M, WG_N))  # the plan's tiles
-    gsize = (-(-nb // wg_n) * wg_n, -(-mb // wg_m) * wg_m)
+    gsize = (ceil_div(nb, wg_n) * wg_n, ceil_div(mb, wg_m) * wg_m)
     src = gen.source(gsize, (wg_n, wg_m), "tiled")
     return src
 
@@ -188,8 +194,8 @@ def _vector_epilogue(
     rows: list[Any],
     cols: list[Any],
     renames: dict[Axis, Axis],
-    msz: int,
-    nsz: int,
+    msz: Size,
+    nsz: Size,
 ) -> None:
     """The work-item's ``RM x RN`` sums packed into one vector, bias added, the activation
     chain evaluated once on the vector (PoCL vectorises ``exp``/``erf`` of a float8, not eight
@@ -227,9 +233,9 @@ def _local_tiles(
     m_axes: tuple[Axis, ...],
     n_axes: tuple[Axis, ...],
     k_axes: tuple[Axis, ...],
-    msz: int,
-    nsz: int,
-    kdim: int,
+    msz: Size,
+    nsz: Size,
+    kdim: Size,
 ) -> None:
     """The contraction loop over ``__local`` tiles: per chunk of ``KL`` contracted elements the
     group loads its rows of ``X`` and ``W`` (zero past the end of K), then each work-item
@@ -290,11 +296,11 @@ def _multiply(gen: KernelGen, row: Any, col: Any) -> None:
 def _split(gen: KernelGen, axes: tuple[Axis, ...], flat: str) -> dict[Axis, str]:
     """Index expressions of ``axes`` (row-major) from one flattened index variable."""
     env: dict[Axis, str] = {}
-    step = 1
+    step: Size = 1
     total = math.prod(gen.size(a) for a in axes)
     for a in reversed(axes):
         n = gen.size(a)
-        q = flat if step == 1 else f"({flat} / {step})"
+        q = flat if isinstance(step, int) and step == 1 else f"({flat} / {step})"
         env[a] = q if step * n == total else f"({q} % {n})"
         step *= n
     return env

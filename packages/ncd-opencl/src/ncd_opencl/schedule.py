@@ -155,6 +155,8 @@ def _matmul(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> Any:
     if x in {v for n in k.ops for v in n.outputs}:
         return None
     m_axes, n_axes = tuple(lin.loop), op.out_axes
+    if set(op.in_axes) & set(n_axes):
+        return None  # a weight whose axes repeat (linear("d -> d")): the template declines it
     kdim = math.prod(_size(g, a) for a in op.in_axes)
     if kdim % VW or _prod(g, m_axes) < RM or _prod(g, n_axes) < RN:
         return None

@@ -136,12 +136,10 @@ class KernelFormulas:
             entries.append((t.axes, self._bytes(t.dtype), "in"))
         for i in k.nodes:
             n = graph.nodes[i]
-            floats = [graph.values[v].dtype for v in n.inputs if graph.values[v].is_float]
-            pdtype = floats[0] if floats else "float32"
             access = PARAM_ACCESS.get(type(n.op))
-            for _, p in n.params():
+            for _, p in n.params():  # each parameter in its own format (a cast model's tables)
                 axes = access(n, p.axes) if access is not None else p.axes
-                entries.append((axes, self._bytes(pdtype), "in"))
+                entries.append((axes, self._bytes(p.dtype), "in"))
         outs = set(k.outputs)
         for i in k.nodes:
             n = graph.nodes[i]

@@ -2,7 +2,9 @@
 
 Every buffer is dense and row-major in *some* order of its axes; generated code addresses it
 only through ``Buffer.address`` (index expressions by ``Axis``), so a backend may store an
-intermediate value in whatever axis order suits its consumers.
+intermediate value in whatever axis order suits its consumers. A size left free until run time
+is a ``Dim``: an integer expression over the kernel's size arguments, rendered as C and
+evaluated on the host per call.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from ncd.axis import Axis
 from ncd.codegen.dialect import C_TYPES
 from ncd.errors import ScheduleError
 
-__all__ = ["CTYPES", "Buffer", "Layouts", "row_major"]
+__all__ = ["CTYPES", "Buffer", "Dim", "Layouts", "Size", "ceil_div", "evaluate", "row_major"]
 
 #: ncd dtype -> C element type: the default dialect's table (``Dialect.ctypes`` is what the
 #: generator reads; kept here for callers of the old name).
@@ -26,10 +28,126 @@ CTYPES = C_TYPES
 Layouts = Mapping[int, tuple[Axis, ...]]
 
 
-def row_major(axes: Sequence[Axis], sizes: Mapping[Axis, int]) -> tuple[int, ...]:
+@attrs.frozen
+class Dim:
+    """A size known only at run time: ``arg`` (a kernel's size argument, C name ``name``, for
+    the size class of axis ``uid``) or an operation on sizes (``*`` keeps its factors flat and
+    sorted, so equal products compare equal). Integer arithmetic with ints and other dims
+    gives dims; ``str`` is the C expression. Deciding anything by its value is refused
+    (``bool`` raises): a generator must take the path that is correct for every length."""
+
+    op: str  # arg | * | + | - | / | %
+    args: tuple[int | str | Dim, ...]
+
+    @staticmethod
+    def arg(name: str, uid: str) -> Dim:
+        return Dim("arg", (name, uid))
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"the run-time size {self} has no value while generating code")
+
+    def __str__(self) -> str:
+        if self.op == "arg":
+            return str(self.args[0])
+        return "(" + f" {self.op} ".join(str(a) for a in self.args) + ")"
+
+    def __mul__(self, other: Size) -> Size:
+        return _mul(self, other)
+
+    __rmul__ = __mul__
+
+    def __add__(self, other: Size) -> Size:
+        return self if isinstance(other, int) and other == 0 else Dim("+", (self, other))
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Size) -> Size:
+        if other == self:
+            return 0
+        return self if isinstance(other, int) and other == 0 else Dim("-", (self, other))
+
+    def __rsub__(self, other: Size) -> Size:
+        return Dim("-", (other, self))
+
+    def __floordiv__(self, other: Size) -> Size:
+        return self if isinstance(other, int) and other == 1 else Dim("/", (self, other))
+
+    def __rfloordiv__(self, other: Size) -> Size:
+        return Dim("/", (other, self))
+
+    def __mod__(self, other: Size) -> Size:
+        return Dim("%", (self, other))
+
+    def __rmod__(self, other: Size) -> Size:
+        return Dim("%", (other, self))
+
+    def args_used(self) -> dict[str, str]:
+        """The size arguments this expression reads: C name -> axis uid."""
+        if self.op == "arg":
+            return {str(self.args[0]): str(self.args[1])}
+        out: dict[str, str] = {}
+        for a in self.args:
+            if isinstance(a, Dim):
+                out.update(a.args_used())
+        return out
+
+
+#: a size while generating: a number (bound before compiling) or a run-time ``Dim``.
+Size = int | Dim
+
+
+def _mul(a: Size, b: Size) -> Size:
+    const, dims = 1, []
+    for x in (a, b):
+        parts = x.args if isinstance(x, Dim) and x.op == "*" else (x,)
+        for p in parts:
+            if isinstance(p, Dim):
+                dims.append(p)
+            else:
+                const *= int(p)
+    if not dims:
+        return const
+    if const == 0:
+        return 0
+    factors: list[int | Dim] = sorted(dims, key=str)
+    if const != 1:
+        factors.insert(0, const)
+    return factors[0] if len(factors) == 1 else Dim("*", tuple(factors))
+
+
+def ceil_div(a: Size, b: Size) -> Size:
+    """``ceil(a / b)`` for positive sizes (C's truncating division on run-time sizes)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    if isinstance(b, int) and b == 1:
+        return a
+    return (a + (b - 1)) // b
+
+
+def evaluate(x: Size | str, env: Mapping[str, int]) -> int:
+    """The value of a size for the run-time sizes ``env`` (size argument C name -> value)."""
+    if isinstance(x, int):
+        return x
+    if isinstance(x, str):
+        return env[x]
+    if x.op == "arg":
+        return env[str(x.args[0])]
+    vals = [evaluate(a, env) for a in x.args]
+    if x.op == "*":
+        return math.prod(vals)
+    if x.op == "+":
+        return vals[0] + vals[1]
+    if x.op == "-":
+        return vals[0] - vals[1]
+    if x.op == "/":
+        return vals[0] // vals[1]
+    return vals[0] % vals[1]
+
+
+def row_major(axes: Sequence[Axis], sizes: Mapping[Axis, Size]) -> tuple[Size, ...]:
     """Element strides of a dense array whose last axis varies fastest."""
-    strides = []
-    step = 1
+    strides: list[Size] = []
+    step: Size = 1
     for a in reversed(axes):
         strides.append(step)
         step *= sizes[a]
@@ -44,7 +162,7 @@ class Buffer:
 
     name: str
     axes: tuple[Axis, ...]
-    strides: tuple[int, ...]
+    strides: tuple[Size, ...]
     ctype: str = "float"  # a default for hand-made buffers only; the generator asks the dialect
     value: int | None = None
     param: str | None = None
@@ -52,13 +170,13 @@ class Buffer:
     dtype: str = "float32"
 
     @property
-    def size(self) -> int:
-        """Number of elements (dense)."""
-        if not self.axes:
+    def size(self) -> Size:
+        """Number of elements (dense; a ``Dim`` when a size is left to run time)."""
+        if not self.axes or not self.strides:
             return 1
-        return int(self.strides[0]) * int(self.axes[0].size or 1) if self.strides else 1
+        return self.strides[0] * int(self.axes[0].size or 1)
 
-    def stride(self, axis: Axis) -> int:
+    def stride(self, axis: Axis) -> Size:
         return self.strides[self.axes.index(axis)]
 
     @property
@@ -93,7 +211,7 @@ class Buffer:
         for e, s in zip(exprs, self.strides, strict=True):
             if e == "0":
                 continue
-            terms.append(e if s == 1 else f"{_paren(e)} * {s}")
+            terms.append(e if isinstance(s, int) and s == 1 else f"{_paren(e)} * {s}")
         return " + ".join(terms) or "0"
 
 

@@ -6,12 +6,15 @@ op class) for an expression at that index, so elementwise prologues and epilogue
 reductions fuse by construction. Work shared along an axis (a normaliser's statistics) is
 hoisted to the loop level where its index is fixed and cached per block. Axes the kernel keeps
 parallel become the NDRange (one work-item per index, flattened); the others become loops.
+A size bound before compiling is a literal; one still free is a ``Dim`` (``size`` returns it):
+the kernel takes it as an argument and every loop, stride and grid count is written for it.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,27 +22,31 @@ import attrs
 
 from ncd.axis import Axis
 from ncd.codegen.dialect import Dialect
-from ncd.codegen.layout import Buffer, Layouts, row_major
+from ncd.codegen.layout import Buffer, Dim, Layouts, Size, ceil_div, row_major
 from ncd.codegen.source import Writer, kind_hint, sanitize
 from ncd.dtypes import dtype as to_dtype
 from ncd.errors import ScheduleError
 from ncd.graph import Node
 from ncd.kernel import Kernel
+from ncd.walk import rule_for
 
 __all__ = ["KernelGen", "KernelSource", "render_kernel"]
 
 
 @attrs.frozen
 class KernelSource:
-    """A rendered kernel: its function text, arguments in order, and launch shape."""
+    """A rendered kernel: its function text, arguments in order, and launch shape. With
+    run-time sizes, ``sizes`` names the size arguments (C name, axis uid) that follow the
+    buffers, and ``global_size`` may hold ``Dim`` expressions the host evaluates per call."""
 
     name: str
     text: str
     buffers: tuple[Buffer, ...]
-    global_size: tuple[int, ...]
+    global_size: tuple[Size, ...]
     local_size: tuple[int, ...] | None
     kernel: Kernel = attrs.field(eq=False, repr=False)
     style: str = "pointwise"  # which renderer produced it: pointwise | streamed | tiled
+    sizes: tuple[tuple[str, str], ...] = ()
     #: the element formats the kernel stores and computes in (the program's preamble adds
     #: each one's conversion functions or extension once)
     dtypes: tuple[str, ...] = ()
@@ -75,6 +82,7 @@ class KernelGen:
         dialect: Dialect,
         rules: Mapping[type, Any],
         layouts: Layouts | None = None,
+        wide: bool = False,
     ) -> None:
         self.kernel = kernel
         self.graph = kernel.graph
@@ -93,7 +101,11 @@ class KernelGen:
         self.vec: Axis | None = None
         self.vec_vars: set[str] = set()
         #: an array of the kernel holds more elements than ``int`` indexes: 64-bit indices
-        self.wide = _largest_array(kernel) > INT_MAX
+        #: (``wide``: forced, for a run-time-size build serving arrays past 2^31 - 1)
+        self.wide = wide or _largest_array(kernel) > INT_MAX
+        #: size class -> the size argument standing for it (run-time sizes only)
+        self.size_args: dict[str, Dim] = {}
+        self._free: dict[str, tuple[str, str]] | None = None
         #: arithmetic format and its C type (float16/bfloat16 storage computes in float32)
         self.cdtype = arith_dtype(kernel, dialect)
         self.ctype = dialect.ctype(self.cdtype)
@@ -105,7 +117,7 @@ class KernelGen:
         offset can exceed 2^31 - 1 (an ``int`` would wrap silently)."""
         return self.dialect.index64 if self.wide else "int"
 
-    def index_lit(self, n: int) -> str:
+    def index_lit(self, n: Size) -> str:
         """An index constant of type ``itype`` (so ``min(i, n)`` picks one overload)."""
         return f"({self.itype}){n}" if self.wide else str(n)
 
@@ -119,13 +131,67 @@ class KernelGen:
         self._names.add(name)
         return name
 
-    def size(self, axis: Axis) -> int:
+    def size(self, axis: Axis) -> Size:
+        """The size of ``axis``: an int when bound before compiling, else the ``Dim`` of the
+        size argument of its size class (an axis of a view that is no size class of its own:
+        from the view's product constraint)."""
         s = self.graph.size(axis)
-        if s is None:
-            raise ScheduleError(f"axis {axis.describe()} has no size; bind it before compiling")
-        return s
+        if s is not None:
+            return s
+        return self._run_time_size(axis, ())
 
-    def _sizes(self, axes: Sequence[Axis]) -> dict[Axis, int]:
+    def known(self, axis: Axis) -> int | None:
+        """The size of ``axis`` when it is bound before compiling (for choices that depend on
+        a value: vector mode, tiles, blocking), ``None`` when it is left to run time."""
+        return self.graph.size(axis)
+
+    def _run_time_size(self, axis: Axis, seen: tuple[str, ...]) -> Size:
+        free = self._free_classes()
+        root = _class_of(self.graph, axis.uid)
+        if root in free:
+            if root not in self.size_args:
+                label, uid = free[root]
+                self.size_args[root] = Dim.arg(self.unique(f"n_{label}", "n"), uid)
+            return self.size_args[root]
+        if root not in seen:  # an axis of a view: from its product constraint
+            inner = (*seen, root)
+            for n in self.graph.nodes:
+                for c in n.op.constraints():
+                    if _class_of(self.graph, c.result.uid) == root:  # a merge: the product
+                        out: Size = 1
+                        for f in c.factors:
+                            out = out * self._size_in(f, inner)
+                        return out
+                    mine = [f for f in c.factors if _class_of(self.graph, f.uid) == root]
+                    if len(mine) == 1:  # a split: the whole over the other factors
+                        rest: Size = 1
+                        for f in c.factors:
+                            if f is not mine[0]:
+                                rest = rest * self._size_in(f, inner)
+                        return self._size_in(c.result, inner) // rest
+        raise ScheduleError(
+            f"axis {axis.describe()} has no size and none follows from the model's free sizes. "
+            "Fix: bind it before compiling (model.bind(...))"
+        )
+
+    def _size_in(self, axis: Axis, seen: tuple[str, ...]) -> Size:
+        s = self.graph.size(axis)
+        return s if s is not None else self._run_time_size(axis, seen)
+
+    def _free_classes(self) -> dict[str, tuple[str, str]]:
+        """Size class root -> (config label, uid of a member) for each free size."""
+        if self._free is None:
+            self._free = {}
+            for var in self.graph.config().free:
+                root = _class_of(self.graph, var.axes[0].uid)
+                self._free[root] = (var.label, var.axes[0].uid)
+        return self._free
+
+    def recip(self, n: Size) -> str:
+        """The float ``1 / n`` of a size (a literal when bound)."""
+        return self.lit(1.0 / n) if isinstance(n, int) else f"({self.lit(1.0)} / ({self.ctype}){n})"
+
+    def _sizes(self, axes: Sequence[Axis]) -> dict[Axis, Size]:
         return {a: self.size(a) for a in axes}
 
     def value_buffer(self, v: int, *, output: bool = False) -> Buffer:
@@ -246,9 +312,18 @@ class KernelGen:
             "min": "{a} = " + self.fn("fmin" + any_) + "({a}, {t});",
         }[kind]
         if self.vec is not None and tuple(axes) == (self.vec,):
+            vec = self.vec
             acc = self.var(f"({self.vtype})({init})", f"{hint}v", self.vtype)
-            with self.loop(self.vec) as i:
-                self.w.line(step.format(a=acc, t=term({**index, self.vec: i})))
+            if self.known(vec) is None:  # whole vectors, then the scalar tail
+                whole, tail = self.vector_loops(vec)
+                with whole as i:
+                    self.w.line(step.format(a=acc, t=term({**index, vec: i})))
+                total = self.var(self.across_lanes(acc, kind, nan), hint)
+                with tail as i:
+                    self.w.line(step.format(a=total, t=term({**index, vec: i})))
+                return total
+            with self.loop(vec) as i:
+                self.w.line(step.format(a=acc, t=term({**index, vec: i})))
             return self.let(self.across_lanes(acc, kind, nan), hint, self.ctype)
         acc = self.var(init, hint)
 
@@ -301,6 +376,23 @@ class KernelGen:
             )
         return _Loop(self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; ++{i})", i)
 
+    def vector_loops(self, axis: Axis) -> tuple[Any, Any]:
+        """For a vector axis of run-time length: a loop over its whole vectors (indices step
+        by the vector width; reads and writes there are vectors) and the scalar loop over
+        the rest, in this order (``with whole as i: ...`` then ``with tail as i: ...``)."""
+        n, width = self.size(axis), self.dialect.vector_width
+        end = self.shared(  # once per kernel: it depends on the size argument only
+            ("vend", axis.uid),
+            [],
+            lambda: self.let(f"{n} - {n} % {width}", "vend", f"const {self.itype}"),
+        )
+        i = self.unique(f"i_{axis.name}", "i")
+        self.vec_vars.add(i)
+        j = self.unique(f"i_{axis.name}", "i")
+        whole = _Loop(self, f"for ({self.itype} {i} = 0; {i} < {end}; {i} += {width})", i)
+        tail = _Loop(self, f"for ({self.itype} {j} = {end}; {j} < {n}; ++{j})", j)
+        return whole, tail
+
     def lit(self, x: float | str) -> str:
         """A literal in the kernel's arithmetic type (``x`` a number or its decimal text)."""
         return self.dialect.literal(x, self.cdtype)
@@ -346,9 +438,9 @@ class KernelGen:
         return name
 
     def rule_for(self, node: Node) -> Any:
-        for cls in type(node.op).__mro__:
-            if cls in self.rules:
-                return self.rules[cls]
+        rule = rule_for(self.rules, node.op)
+        if rule is not None:
+            return rule
         raise ScheduleError(
             f"no {self.dialect.name} code generation rule for op {node.op.label!r} (kind "
             f"{node.op.kind!r}); register one with ncd_register_lowerings(target="
@@ -400,21 +492,21 @@ class KernelGen:
 
     def open_grid(
         self, par: list[Axis], block: Mapping[Axis, int] | None = None
-    ) -> tuple[dict[Axis, str], int]:
+    ) -> tuple[dict[Axis, str], Size]:
         """Declare the work-item's indices (the NDRange is flattened to one dimension). An axis
         in ``block`` gives each work-item that many consecutive indices: its index is the first
         of them (``block[a] * k``) and the grid holds ``ceil(size / block[a])`` along it."""
         block = block or {}
-        counts = [-(-self.size(a) // block.get(a, 1)) for a in par]
-        total = math.prod(counts)
+        counts = [ceil_div(self.size(a), block.get(a, 1)) for a in par]
+        total: Size = math.prod(counts)
         gid = self.unique("gid")
         self.w.line(f"const {self.itype} {gid} = {self.dialect.gid(0, self.wide)};")
         self.w.line(f"if ({gid} >= {total}) return;")
         env: dict[Axis, str] = {}
-        step = 1
+        step: Size = 1
         for a, n in zip(reversed(par), reversed(counts), strict=True):
             i = self.unique(f"i_{a.name}", "i")
-            q = gid if step == 1 else f"({gid} / {step})"
+            q = gid if isinstance(step, int) and step == 1 else f"({gid} / {step})"
             expr = q if step * n == total else f"{q} % {n}"
             if block.get(a, 1) > 1:
                 expr = f"({expr}) * {block[a]}"
@@ -436,9 +528,10 @@ class KernelGen:
             self.write(v, env, par)
         return self.launch(total, style)
 
-    def launch(self, total: int, style: str, local: int = 64) -> KernelSource:
-        lsize = local if total >= local else None
-        gsize = total if lsize is None else -(-total // lsize) * lsize
+    def launch(self, total: Size, style: str, local: int = 64) -> KernelSource:
+        # a run-time count takes whole work-groups (the kernel returns past ``total``)
+        lsize = local if not isinstance(total, int) or total >= local else None
+        gsize = total if lsize is None else ceil_div(total, lsize) * lsize
         return self.source((gsize,), None if lsize is None else (lsize,), style)
 
     def write(self, v: int, env: dict[Axis, str], par: Sequence[Axis]) -> None:
@@ -452,6 +545,11 @@ class KernelGen:
             if not rest:
                 self.store(out, index, self.load(v, index))
                 return
+            if rest[0] == self.vec and self.known(rest[0]) is None:
+                for part in self.vector_loops(rest[0]):  # whole vectors, then the tail
+                    with part as i:
+                        body({**index, rest[0]: i}, rest[1:])
+                return
             with self.loop(rest[0]) as i:
                 body({**index, rest[0]: i}, rest[1:])
 
@@ -462,12 +560,13 @@ class KernelGen:
             body(dict(env), loops)
 
     def source(
-        self, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, style: str
+        self, gsize: tuple[Size, ...], lsize: tuple[int, ...] | None, style: str
     ) -> KernelSource:
         name = sanitize(self.kernel.name or "kernel", "k")
         bufs = sorted(self.buffers.values(), key=lambda b: (b.output, b.param is not None))
         args = ",\n    ".join(
-            f"{self.dialect.pointer(b.ctype, const=not b.output)} {b.name}" for b in bufs
+            [f"{self.dialect.pointer(b.ctype, const=not b.output)} {b.name}" for b in bufs]
+            + [f"const {self.itype} {d}" for d in self.size_args.values()]
         )
         attr = ""
         if lsize is not None and self.dialect.reqd_local:
@@ -477,11 +576,29 @@ class KernelGen:
             f"// {comment(str(self.kernel))}\n{attr}{self.dialect.kernel} {name}(\n    {args})\n{{"
         )
         text = f"{head}\n{self.w.render()}\n}}\n"
+        sizes = tuple((str(d.args[0]), str(d.args[1])) for d in self.size_args.values())
         dtypes = tuple(sorted({str(b.dtype) for b in bufs} | {self.cdtype} | self.rounded))
-        return KernelSource(name, text, tuple(bufs), gsize, lsize, self.kernel, style, dtypes)
+        return KernelSource(
+            name, text, tuple(bufs), gsize, lsize, self.kernel, style, sizes, dtypes
+        )
 
 
 INT_MAX = 2**31 - 1
+
+
+_ROOTS: list[tuple[Any, dict[str, str]]] = []  # the last few graphs' size classes (weakly)
+
+
+def _class_of(graph: Any, uid: str) -> str:
+    """The size class (union-find root) of an axis of ``graph`` (cached for the last few
+    graphs, without keeping them alive: every kernel of one generation asks)."""
+    for ref, roots in _ROOTS:
+        if ref() is graph:
+            return roots[uid]
+    roots = {a.uid: root for root, members in graph._classes for a in members}
+    _ROOTS.insert(0, (weakref.ref(graph), roots))
+    del _ROOTS[4:]
+    return roots[uid]
 
 
 def _largest_array(kernel: Kernel) -> int:
@@ -522,15 +639,17 @@ def render_kernel(
     rules: Mapping[type, Any] | None = None,
     layouts: Layouts | None = None,
     templates: Sequence[Any] = (),
+    wide: bool = False,
 ) -> KernelSource:
     """Render one planned kernel. ``templates`` are tried first (each returns a ``KernelSource``
-    or ``None`` when the kernel does not fit it); the pointwise driver is the fallback."""
+    or ``None`` when the kernel does not fit it); the pointwise driver is the fallback.
+    ``wide``: 64-bit indices whatever the sizes (a run-time-size build for large arrays)."""
     from ncd.codegen.rules import CODEGEN_RULES
 
     table = dict(CODEGEN_RULES) if rules is None else dict(rules)
     for template in templates:
-        gen = KernelGen(kernel, dialect, table, layouts)
+        gen = KernelGen(kernel, dialect, table, layouts, wide)
         out = template(gen)
         if out is not None:
             return out  # type: ignore[no-any-return]
-    return KernelGen(kernel, dialect, table, layouts).render()
+    return KernelGen(kernel, dialect, table, layouts, wide).render()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ncd.axis import Axis
+from ncd.codegen.layout import Size
 from ncd.codegen.lower import KernelGen
 from ncd.graph import Node
 from ncd.primitives import library as L
@@ -97,7 +98,10 @@ def _scalar(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 @codegen_rule(L.Scale)
 def _scale(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.Scale = node.op  # type: ignore[assignment]
-    factor = float(math.prod(gen.size(a) for a in op.by)) ** op.power
+    n = math.prod(gen.size(a) for a in op.by)
+    if not isinstance(n, int):  # a run-time size: the power at run time
+        return f"({_ins(gen, node, index)} * {gen.fn('pow')}((float){n}, {gen.lit(op.power)}))"
+    factor = float(n) ** op.power
     return f"({_ins(gen, node, index)} * {gen.lit(factor)})"
 
 
@@ -145,7 +149,7 @@ def _reduce(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     acc = gen.accumulate(op.axes_, index, kind, lambda env: _ins(gen, node, env), "red")
     if op.fn == "mean":
         n = math.prod(gen.size(a) for a in op.axes_)
-        return f"({acc} * {gen.lit(1.0 / n)})"
+        return f"({acc} * {gen.recip(n)})"
     return acc
 
 
@@ -263,7 +267,7 @@ def _moments(
     mu = gen.lit(0.0)
     if centred:
         s = gen.accumulate(core, index, "sum", lambda env: _ins(gen, node, env), "sum")
-        mu = gen.let(f"{s} * {gen.lit(1.0 / n)}", "mu")
+        mu = gen.let(f"{s} * {gen.recip(n)}", "mu")
 
     def sq(env: dict[Axis, str]) -> str:
         x = _ins(gen, node, env)
@@ -271,7 +275,7 @@ def _moments(
         return f"{d} * {d}"
 
     q = gen.accumulate(core, index, "sum", sq, "sq")
-    return mu, gen.let(f"{gen.fn('rsqrt')}({q} * {gen.lit(1.0 / n)} + {gen.lit(eps)})", "rstd")
+    return mu, gen.let(f"{gen.fn('rsqrt')}({q} * {gen.recip(n)} + {gen.lit(eps)})", "rstd")
 
 
 @codegen_rule(L.LayerNorm)
@@ -324,17 +328,17 @@ def _view(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: L.View = node.op  # type: ignore[assignment]
     elem: dict[Axis, str] = {}
     for axis, parts in zip(op.out_axes, op.out_parts, strict=True):
-        step = 1
+        step: Size = 1
         for p in reversed(parts):
             n = gen.size(p)
-            e = index[axis] if step == 1 else f"({index[axis]} / {step})"
+            e = index[axis] if isinstance(step, int) and step == 1 else f"({index[axis]} / {step})"
             elem[p] = e if len(parts) == 1 else f"({e} % {n})"
             step *= n
     env = {a: e for a, e in index.items() if a not in op.out_axes}
     for axis, parts in zip(op.in_axes, op.in_parts, strict=True):
         terms, step = [], 1
         for p in reversed(parts):
-            terms.append(elem[p] if step == 1 else f"{elem[p]} * {step}")
+            terms.append(elem[p] if isinstance(step, int) and step == 1 else f"{elem[p]} * {step}")
             step *= gen.size(p)
         env[axis] = " + ".join(reversed(terms))
     return _ins(gen, node, env)

@@ -148,6 +148,11 @@ class _Acc:
         self.state: dict[str, str] = {}
         self.norm: Node | None = None
 
+    def fits(self) -> bool:
+        """The accumulator array has a length known when compiling (private arrays are sized
+        at compile time) and fits private memory; else the template declines the kernel."""
+        return isinstance(self.n, int) and self.n <= MAX_ACC_ELEMS
+
     def flat(self, gen: KernelGen, index: Mapping[Axis, str]) -> str:
         expr = ""
         for a in self.free:
@@ -224,7 +229,7 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
     for i in done:
         node = g.nodes[i]
         acc = _Acc(gen, node, env)
-        if acc.n > MAX_ACC_ELEMS:
+        if not acc.fits():
             return None
         if kinds[i] in ("online_softmax", "l2"):
             parts = _normalised(gen, node)
@@ -240,7 +245,7 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
     limit = str(gen.size(x))
     if len(accs) == 1 and accs[0].norm is not None:
         bound = _causal_bound(gen, accs[0].norm, x, env)
-        limit = limit if bound is None else f"min({gen.index_lit(int(limit))}, {bound})"
+        limit = limit if bound is None else f"min({gen.index_lit(gen.size(x))}, {bound})"
     ix = gen.unique(f"i_{x.name}", "i")
     with gen.w.block(f"for ({gen.itype} {ix} = 0; {ix} < {limit}; ++{ix})", ix):
         xenv = {**env, x: ix}
@@ -277,11 +282,12 @@ def _normalised(gen: KernelGen, node: Node) -> tuple[Node, int] | None:
 def _chunk(gen: KernelGen, x: Axis, norm: Node) -> int:
     """Chunk length for a lone normalised contraction (0: walk key by key)."""
     rule = STREAM_ACCUMULATORS[type(norm.op)]
-    if rule.block is None or gen.size(x) < 2:
+    known = gen.known(x)  # a run-time length: whole chunks, the tail masked (``lim``)
+    if rule.block is None or (known is not None and known < 2):
         return 0
     tile = gen.kernel.tile(x)
     n = tile if isinstance(tile, int) else CHUNK
-    return max(1, min(n, gen.size(x)))
+    return max(1, n if known is None else min(n, known))
 
 
 def _row_axis(gen: KernelGen, par: list[Axis], other: int) -> Axis | None:
@@ -289,7 +295,8 @@ def _row_axis(gen: KernelGen, par: list[Axis], other: int) -> Axis | None:
     work-item takes several of its indices so each load of ``other`` serves them all."""
     theirs = gen.graph.values[other].axes
     for a in reversed(par):
-        if gen.size(a) > 1 and not any(b == a or gen.root(b) == a for b in theirs):
+        known = gen.known(a)  # a run-time length may be 1: rows past the end are clamped
+        if (known is None or known > 1) and not any(b == a or gen.root(b) == a for b in theirs):
             return a
     return None
 
@@ -301,7 +308,10 @@ def _vector_axis(gen: KernelGen, node: Node, other: int, env: dict[Axis, str]) -
 
     width = gen.dialect.vector_width
     free = [a for a in gen.graph.values[node.outputs[0]].axes if a not in env]
-    if not width or len(free) != 1 or gen.size(free[0]) % width or gen.cdtype != "float32":
+    if not width or len(free) != 1 or gen.cdtype != "float32":
+        return None
+    known = gen.known(free[0])
+    if known is None or known % width:
         return None
     (v,) = free
     g, k = gen.graph, gen.kernel
@@ -336,7 +346,9 @@ def _rows_template(
     n = _chunk(gen, x, norm)
     row = _row_axis(gen, par, other)
     chosen = gen.kernel.chosen(row, 1) if row is not None else None  # the plan's rows
-    rows = min(chosen or ROWS, gen.size(row)) if row is not None else 1
+    known = gen.known(row) if row is not None else 1  # a run-time length: rows are clamped
+    want = chosen or ROWS
+    rows = 1 if row is None else want if known is None else min(want, known)
     env, total = gen.open_grid(par, {row: rows} if row is not None and rows > 1 else None)
     envs = [env]
     if row is not None and rows > 1:
@@ -353,7 +365,7 @@ def _rows_template(
     accs = []
     for e in envs:
         acc = _Acc(gen, node, e, vec)
-        if acc.n > MAX_ACC_ELEMS:
+        if not acc.fits():
             return None
         acc.norm = norm
         acc.state = rule.init(gen, norm)
@@ -362,7 +374,7 @@ def _rows_template(
     limit = str(gen.size(x))
     bound = _causal_bound(gen, norm, x, envs[-1])  # the last row sees the most keys
     if bound is not None:
-        limit = f"min({gen.index_lit(int(limit))}, {bound})"
+        limit = f"min({gen.index_lit(gen.size(x))}, {bound})"
     last = gen.index_lit(gen.size(x) - 1)
     lim = gen.let(limit, "lim", f"const {gen.itype}") if not limit.isdigit() else limit
     x0 = gen.unique(f"i0_{x.name}", "i")  # the chunk's first key (class tag: an axis name)
@@ -454,7 +466,7 @@ def _bind(gen: KernelGen, acc: _Acc) -> None:
             STREAM_ACCUMULATORS[type(acc.norm.op)].scale(gen, acc.norm, acc.state), "scale"
         )
     elif getattr(node.op, "fn", "") == "mean":
-        scale = gen.lit(1.0 / math.prod(gen.size(c) for c in _contracted(node)))
+        scale = gen.recip(math.prod(gen.size(c) for c in _contracted(node)))
 
     def expr(index: Mapping[Axis, str]) -> str:
         e = f"{acc.name}[{acc.flat(gen, index)}]"

@@ -56,7 +56,8 @@ def vector_template(gen: KernelGen) -> KernelSource | None:
     if len(axes) != 1:
         return None
     (a,) = axes
-    if gen.size(a) % width:
+    known = gen.known(a)  # a run-time length: whole vectors, then a scalar tail
+    if known is not None and known % width:
         return None
     g = gen.graph
     for i in k.nodes:

@@ -369,7 +369,7 @@ def _cast_target(value: object) -> DType:
 @attrs.frozen
 class Cast(Op):
     """Convert a value to the format ``to``: floats round to nearest even (overflow gives inf,
-    or NaN in float8_e4m3, which has no inf), integers and bools become floats or wider
+    or NaN in float8_e4m3fn, which has no inf), integers and bools become floats or wider
     integers. Float to integer and narrowing integer casts are refused at lowering: truncation
     and wrap-around would change values silently. The only place two formats meet."""
 
