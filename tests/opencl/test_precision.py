@@ -354,28 +354,28 @@ def test_float16_rounding_is_nearest_even_bit_exact(lanes: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    "make",
+    ("make", "shapes"),
     [
-        lambda: ops.softmax("x").over("r"),
-        lambda: ops.l2norm("x").over("r"),
-        lambda: nn.attention(causal=True).over("h").bind(h=2, d=8, v=8),
+        (lambda: ops.softmax("x").over("r"), lambda n: [(5, n)]),
+        (lambda: ops.l2norm("x").over("r"), lambda n: [(5, n)]),
+        (
+            lambda: nn.attention(causal=True).over("h").bind(h=2, d=8, v=8),
+            lambda n: [(2, n, 8)] * 3,
+        ),
+        (lambda: nn.mlp().over("s").bind(d_model=16, d_ff=24), lambda n: [(n, 16)]),
     ],
-    ids=["softmax", "l2norm", "attention"],
+    ids=["softmax", "l2norm", "attention", "mlp"],
 )
-def test_free_sizes_in_every_format(make: Any, fmt: Any) -> None:
+def test_free_sizes_in_every_format(make: Any, shapes: Any, fmt: Any) -> None:
     """Sizes left to run time (kernel arguments, vector tails): one build serves every length."""
     model = make().cast(fmt)
     exe = ncd.compile(model, "opencl")
+    params = ncd.init(model, seed=0)
     for n in SIZES:
-        xs = [
-            np.random.default_rng(n).standard_normal(shape).astype(fmt.numpy)
-            for shape in (
-                [(2, n, 8), (2, n, 8), (2, n, 8)] if len(model.graph.inputs) == 3 else [(5, n)]
-            )
-        ]
-        got = exe(*xs).astype(np.float64)
-        want = ncd.run(model, *xs).astype(np.float64)
+        xs = [np.random.default_rng(n).standard_normal(s).astype(fmt.numpy) for s in shapes(n)]
+        got = exe(*xs, params=params).astype(np.float64)
+        want = ncd.run(model, *xs, params=params).astype(np.float64)
         scale = max(1.0, float(np.max(np.abs(want))))
-        tol = contraction(max(n, 8)) * eps(fmt) * (np.abs(want) + scale)
+        tol = contraction(max(n, 24)) * eps(fmt) * (np.abs(want) + scale)
         assert (np.abs(got - want) <= tol).all(), n
     assert exe.builds == 1

@@ -89,7 +89,7 @@ class Dialect:
     local_id: str = "(int)get_local_id({d})"
     group_id: str = "(int)get_group_id({d})"
     local_size: str = "(int)get_local_size({d})"
-    inf: str = "INFINITY"
+    inf: str = "INFINITY"  # float32's infinity, kept for callers; the generator uses ``infinity``
     preamble: str = ""
     math: Mapping[str, str] = attrs.field(factory=lambda: dict(C_MATH), converter=_frozen_map)
     #: Attribute written before a kernel to fix its work-group shape, ``{x} {y} {z}``; "" for none.
