@@ -146,11 +146,14 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                 xk, wk = d.load(xb.dtype, f"a{i}", "k"), d.load(wb.dtype, f"b{j}", "k")
                 w.line(f"for ({it} k = {kv}; k < {kdim}; ++k) {s} += {xk} * {wk};")
             sums[i, j] = s
-    # one vector for the epilogue: float32 arithmetic (no double8 calls) on float32 values (the
-    # scalar rounding of a narrower value, ``KernelGen.load``, has no vector form)
+    # one vector for the epilogue: float32 arithmetic (no double8 calls) on values whose
+    # rounding, where ``KernelGen.load`` rounds a narrower value, has a vector form
     vector_ok = gen.dialect.vector_width == VW and gen.cdtype == "float32"
     vector_ok = vector_ok and all(
-        g.values[v].dtype == "float32" for n in nodes for v in n.outputs if v != lin.outputs[0]
+        g.values[v].dtype == "float32" or g.values[v].dtype in gen.dialect.vector_rounds
+        for n in nodes
+        for v in n.outputs
+        if v != lin.outputs[0]
     )
     if vector_ok and _lane_epilogue(nodes, lin, renames):
         _vector_epilogue(gen, lin, sums, rows, cols, renames, msz, nsz)
