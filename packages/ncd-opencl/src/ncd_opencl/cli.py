@@ -65,3 +65,13 @@ def demo_step(ctx: dict[str, Any]) -> None:
         f"{float(np.max(np.abs(got - want))):.2e}; first call {first:.2f} s "
         f"(generate + build), then {steady * 1e3:.1f} ms"
     )
+    # the same model in bfloat16 (parameters and activations stored in 16 bits, f32 arithmetic),
+    # against the reference interpreter computing the same formats
+    half = model.cast(ncd.bfloat16)
+    hparams = {k: v.astype(ncd.bfloat16.numpy) for k, v in params.items()}
+    hot = ncd.compile(half, "opencl")(tokens, params=hparams).astype(np.float32)
+    href = ncd.run(half, tokens, params=hparams).astype(np.float32)
+    print(
+        f"opencl bfloat16: max |logits - bf16 reference| = {float(np.max(np.abs(hot - href))):.2e}"
+        f", max |logits - f32 logits| = {float(np.max(np.abs(hot - want))):.2e}"
+    )
