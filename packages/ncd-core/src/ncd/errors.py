@@ -22,6 +22,7 @@ __all__ = [
     "TargetNotFoundError",
     "TraceError",
     "UnknownDTypeError",
+    "source_excerpt",
 ]
 
 
@@ -93,3 +94,15 @@ class ScheduleError(NcdError, ValueError):
 
 class CompileError(NcdError, RuntimeError):
     """A generated program failed to compile; the message shows the source near the failure."""
+
+
+def source_excerpt(source: str, line: int | None, context: int = 4) -> str:
+    """Numbered lines of generated ``source`` around ``line`` (1-based, marked with ``>``), for
+    a ``CompileError``; the first 40 lines when the compiler named no line."""
+    lines = source.splitlines()
+    if line is None or not 1 <= line <= len(lines):
+        return "\n".join(f"{i + 1:5d} | {t}" for i, t in enumerate(lines[:40]))
+    lo, hi = max(1, line - context), min(len(lines), line + context)
+    return "\n".join(
+        f"{'>' if i == line else ' '}{i:4d} | {lines[i - 1]}" for i in range(lo, hi + 1)
+    )

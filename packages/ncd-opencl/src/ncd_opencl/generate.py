@@ -6,19 +6,18 @@ planned kernel, which ``ncd compile --emit`` writes out and the runtime builds.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from ncd.codegen import CODEGEN_RULES, KernelSource, render_kernel
+from ncd.codegen.program import assemble, choose_layouts
 from ncd.codegen.stream import streamed_template
 from ncd.codegen.vector import vector_template
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan
 from ncd_opencl.dialect import OPENCL, program_preamble
-from ncd_opencl.plan import choose_layouts
 
 __all__ = ["Generated", "generate", "opencl_rules"]
 
@@ -107,19 +106,8 @@ def generate(
     layouts = choose_layouts(plan)
     rules = opencl_rules()
     tpl = templates(tiled, local)
-    kernels = []
-    seen: set[str] = set()
-    for k in plan.kernels:
-        src = render_kernel(k, OPENCL, rules, layouts, tpl, wide)
-        if src.name in seen:  # kernel names must be unique within one program
-            src = attrs.evolve(
-                src,
-                name=f"{src.name}_{len(seen)}",
-                text=src.text.replace(f" {src.name}(", f" {src.name}_{len(seen)}(", 1),
-            )
-        seen.add(src.name)
-        kernels.append(src)
-    return Generated(graph, _rendered(plan, kernels), tuple(_share(kernels)), layouts)
+    kernels = [render_kernel(k, OPENCL, rules, layouts, tpl, wide) for k in plan.kernels]
+    return Generated(graph, _rendered(plan, kernels), assemble(kernels), layouts)
 
 
 def _rendered(plan: FusionPlan, kernels: list[KernelSource]) -> FusionPlan:
@@ -137,28 +125,3 @@ def _rendered(plan: FusionPlan, kernels: list[KernelSource]) -> FusionPlan:
             changed = True
         out.append(k)
     return attrs.evolve(plan, kernels=out) if changed else plan
-
-
-def _canonical(src: KernelSource) -> str:
-    """The kernel's text with its name, comments and argument names abstracted: two kernels
-    with the same canonical text are one function launched on different buffers."""
-    lines = [ln for ln in src.text.splitlines() if not ln.lstrip().startswith("//")]
-    text = "\n".join(lines).replace(f" {src.name}(", " K(", 1)
-    for n, b in enumerate(src.buffers):
-        text = re.sub(rf"\b{re.escape(b.name)}\b", f"@{n}", text)
-    return f"{src.global_size}{src.local_size}{text}"
-
-
-def _share(kernels: list[KernelSource]) -> list[KernelSource]:
-    """Identical kernels (the layers of a GPT) keep one function: later copies launch the
-    first's by name and carry no text, so build and JIT time do not grow with depth."""
-    first: dict[str, str] = {}
-    out = []
-    for src in kernels:
-        key = _canonical(src)
-        if key in first:
-            src = attrs.evolve(src, name=first[key], text="")
-        else:
-            first[key] = src.name
-        out.append(src)
-    return out

@@ -101,13 +101,13 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     for i in range(RM):
         m = gen.unique(f"m{i}")
         w.line(f"const {it} {m} = min(mb * {RM} + {i}, {gen.index_lit(msz - 1)});")
-        env = _split(gen, m_axes, m)
+        env = gen.split(m_axes, m)
         rows.append((m, env))
         w.line(f"{d.global_} const {xb.ctype}* a{i} = {xb.name} + {xb.address({**env, **zero})};")
     for j in range(RN):
         n = gen.unique(f"n{j}")
         w.line(f"const {it} {n} = min(nb * {RN} + {j}, {gen.index_lit(nsz - 1)});")
-        env = _split(gen, n_axes, n)
+        env = gen.split(n_axes, n)
         cols.append((n, env))
         # by position: the weight of ``linear("d -> d")`` holds ``d`` twice
         base = wb.address_at([*(env[a] for a in n_axes), *("0" for _ in op.in_axes)])
@@ -263,7 +263,7 @@ def _local_tiles(
             with w.block(f"for (int e = lid; e < {rows * KL}; e += {WG_M * WG_N})"):
                 w.line(f"const int r = e / {KL}, kk = e % {KL};")
                 w.line(f"const {it} g = min({first} + r, {gen.index_lit(size - 1)});")
-                split = _split(gen, axes, "g")
+                split = gen.split(axes, "g")
                 # the weight by position (``linear("d -> d")`` holds ``d`` twice); X by axis
                 base = (
                     buf.address_at([*(split[a] for a in axes), *("0" for _ in k_axes)])
@@ -294,16 +294,3 @@ def _multiply(gen: KernelGen, row: Any, col: Any) -> None:
     for i in range(RM):
         for j in range(RN):
             gen.w.line(f"c{i}_{j} += x{i} * y{j};")
-
-
-def _split(gen: KernelGen, axes: tuple[Axis, ...], flat: str) -> dict[Axis, str]:
-    """Index expressions of ``axes`` (row-major) from one flattened index variable."""
-    env: dict[Axis, str] = {}
-    step: Size = 1
-    total = math.prod(gen.size(a) for a in axes)
-    for a in reversed(axes):
-        n = gen.size(a)
-        q = flat if isinstance(step, int) and step == 1 else f"({flat} / {step})"
-        env[a] = q if step * n == total else f"({q} % {n})"
-        step *= n
-    return env

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ncd.errors import CompileError, TargetNotFoundError
+from ncd.errors import source_excerpt as excerpt
 
 __all__ = [
     "build",
@@ -172,13 +173,8 @@ def default_options(fast_math: bool = False) -> list[str]:
 
 def source_excerpt(source: str, log: str, context: int = 4) -> str:
     """The build log's first error, with the generated lines around it."""
-    lines = source.splitlines()
     m = re.search(r":(\d+):(\d+):\s*error", log) or re.search(r":(\d+):(\d+):", log)
-    if not m:
-        return "\n".join(f"{i + 1:5d} | {t}" for i, t in enumerate(lines[:40]))
-    n = int(m.group(1))
-    lo, hi = max(1, n - context), min(len(lines), n + context)
-    return "\n".join(f"{'>' if i == n else ' '}{i:4d} | {lines[i - 1]}" for i in range(lo, hi + 1))
+    return excerpt(source, int(m.group(1)) if m else None, context)
 
 
 def build(source: str, device: str | None = None, options: list[str] | None = None) -> Any:

@@ -93,43 +93,9 @@ def _choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool) ->
 
 
 def _stream_choices(k: Kernel) -> list[Partition]:
-    from ncd.codegen.stream import CHUNK, COMPLETING, MAX_ACC_ELEMS, ROWS, STREAM_ACCUMULATORS
+    from ncd.codegen.stream import CHUNK, ROWS, stream_choices
 
-    g, s = k.graph, k.schedule
-    x = k.streamed[0]
-    kinds = s.accumulators
-    done = [
-        i
-        for i in k.nodes
-        if kinds.get(i) in COMPLETING and isinstance(g.nodes[i].op, L.Einsum | L.Linear | L.Reduce)
-    ]
-    if len(done) != 1 or kinds[done[0]] not in ("online_softmax", "l2"):
-        return []
-    node = g.nodes[done[0]]
-    made = {v: i for i in k.nodes for v in g.nodes[i].outputs}
-    norms = [
-        v for v in node.inputs if v in made and type(g.nodes[made[v]].op) in STREAM_ACCUMULATORS
-    ]
-    if len(norms) != 1 or len(node.inputs) != 2 or _size(g, x) < 2:
-        return []
-    other = next(v for v in node.inputs if v != norms[0])
-    tile = k.tile(x)
-    chunk = max(1, min(tile if isinstance(tile, int) else CHUNK, _size(g, x)))
-    out = [Partition(x, "stream", chunk, 0)]
-    serial = {x}
-    for i in k.nodes:
-        if g.nodes[i].op.category == "normaliser":
-            serial.update(a for grp in g.nodes[i].op.signature()[0] for a in grp)
-    par = [a for a in dict.fromkeys(s.root(a) for a in k.grouped if a not in serial) if a != x]
-    free = [a for a in g.values[node.outputs[0]].axes if s.root(a) not in par]
-    if math.prod(_size(g, a) for a in free) > MAX_ACC_ELEMS:
-        return []
-    theirs = g.values[other].axes
-    for a in reversed(par):
-        if _size(g, a) > 1 and not any(b == a or s.root(b) == a for b in theirs):
-            out.append(Partition(a, "group", min(ROWS, _size(g, a)), 1))
-            break
-    return out
+    return stream_choices(k, CHUNK, ROWS)
 
 
 # -- tiled matmul (ncd_opencl.matmul.tiled_template) ------------------------------------------

@@ -92,8 +92,11 @@ class Dialect:
     inf: str = "INFINITY"  # float32's infinity, kept for callers; the generator uses ``infinity``
     preamble: str = ""
     math: Mapping[str, str] = attrs.field(factory=lambda: dict(C_MATH), converter=_frozen_map)
-    #: Attribute written before a kernel to fix its work-group shape, ``{x} {y} {z}``; "" for none.
+    #: Attribute fixing a kernel's work-group shape (``{x} {y} {z}``, ``{n}`` their product); ""
+    #: for none. OpenCL writes it on the line before the kernel, CUDA (``attr_inline``) between
+    #: the return type and the name (``__launch_bounds__``).
     reqd_local: str = ""
+    attr_inline: bool = False
     #: Lanes of the float vector type used for row kernels (``float8``); 0: no vector types.
     vector_width: int = 0
     #: Type for vector loads/stores at any element alignment (a typedef the preamble declares,
@@ -236,6 +239,16 @@ class Dialect:
 
     def grp(self, d: int) -> str:
         return self.group_id.format(d=d)
+
+    def declaration(self, name: str, local: tuple[int, ...] | None) -> str:
+        """The kernel's head up to its argument list: qualifiers, launch attribute, name."""
+        attr = ""
+        if local is not None and self.reqd_local:
+            x, y, z = [*local, 1, 1][:3]
+            attr = self.reqd_local.format(x=x, y=y, z=z, n=x * y * z)
+        if self.attr_inline:
+            return f"{self.kernel} {attr + ' ' if attr else ''}{name}("
+        return f"{attr + chr(10) if attr else ''}{self.kernel} {name}("
 
     def pointer(self, ctype: str, *, const: bool) -> str:
         """A kernel argument type for a buffer of ``ctype`` in global memory."""

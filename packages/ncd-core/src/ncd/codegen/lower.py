@@ -131,6 +131,10 @@ class KernelGen:
         self._names.add(name)
         return name
 
+    def reserve(self, *names: str) -> None:
+        """Names a template writes literally: ``unique`` never returns them afterwards."""
+        self._names.update(names)
+
     def size(self, axis: Axis) -> Size:
         """The size of ``axis``: an int when bound before compiling, else the ``Dim`` of the
         size argument of its size class (an axis of a view that is no size class of its own:
@@ -139,6 +143,18 @@ class KernelGen:
         if s is not None:
             return s
         return self._run_time_size(axis, ())
+
+    def split(self, axes: Sequence[Axis], flat: str) -> dict[Axis, str]:
+        """Index expressions of ``axes`` (row-major) from one flattened index expression."""
+        env: dict[Axis, str] = {}
+        step: Size = 1
+        total = math.prod(self.size(a) for a in axes)
+        for a in reversed(axes):
+            n = self.size(a)
+            q = flat if isinstance(step, int) and step == 1 else f"({flat} / {step})"
+            env[a] = q if step * n == total else f"({q} % {n})"
+            step *= n
+        return env
 
     def known(self, axis: Axis) -> int | None:
         """The size of ``axis`` when it is bound before compiling (for choices that depend on
@@ -568,13 +584,8 @@ class KernelGen:
             [f"{self.dialect.pointer(b.ctype, const=not b.output)} {b.name}" for b in bufs]
             + [f"const {self.itype} {d}" for d in self.size_args.values()]
         )
-        attr = ""
-        if lsize is not None and self.dialect.reqd_local:
-            dims = [*lsize, 1, 1][:3]
-            attr = self.dialect.reqd_local.format(x=dims[0], y=dims[1], z=dims[2]) + "\n"
-        head = (
-            f"// {comment(str(self.kernel))}\n{attr}{self.dialect.kernel} {name}(\n    {args})\n{{"
-        )
+        decl = self.dialect.declaration(name, lsize)
+        head = f"// {comment(str(self.kernel))}\n{decl}\n    {args})\n{{"
         text = f"{head}\n{self.w.render()}\n}}\n"
         sizes = tuple((str(d.args[0]), str(d.args[1])) for d in self.size_args.values())
         dtypes = tuple(sorted({str(b.dtype) for b in bufs} | {self.cdtype} | self.rounded))

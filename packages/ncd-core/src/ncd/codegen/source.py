@@ -141,8 +141,10 @@ class Block:
         pad = "    " * indent
         lines: list[str] = []
         inner = indent
-        if self.header is not None:
-            lines.append(f"{pad}{self.header} {{")
+        if self.header is not None:  # a header may start with pragma lines (``#pragma unroll``)
+            *pragmas, head = self.header.split("\n")
+            lines.extend(f"{pad}{p}" for p in pragmas)
+            lines.append(f"{pad}{head} {{")
             inner = indent + 1
         for it in self.items:
             if isinstance(it, Block):

@@ -21,6 +21,7 @@ from ncd.axis import Axis
 from ncd.codegen.lower import KernelGen, KernelSource
 from ncd.codegen.rules import linear_weight
 from ncd.graph import Node
+from ncd.kernel import Kernel, Partition
 from ncd.primitives import library as L
 
 __all__ = ["STREAM_ACCUMULATORS", "StreamAccumulator", "streamed_template"]
@@ -263,7 +264,56 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
 
 CHUNK = 32  # keys per chunk when the plan's stream tile is symbolic
 ROWS = 4  # query rows per work-item in the chunked template: each key and value load serves all
-ROWS_GROUP = 8  # work-items per work-group there
+ROWS_GROUP = 8  # work-items per work-group there (unless the plan chooses the rows of a group)
+
+
+def stream_choices(k: Kernel, chunk: int, rows: int, group: int | None = None) -> list[Partition]:
+    """The tiles ``_rows_template`` renders a lone normalised contraction (attention) with, as
+    choices a target records in its plan: ``chunk`` keys per step (``stream`` at level 0, the
+    plan's own int tile first), ``rows`` query rows per work-item (the row axis's ``group`` at
+    level 1) and, when given, ``group`` query rows per work-group (level 0; the work-group then
+    holds ``group // rows`` work-items). ``[]`` for a kernel the template does not render."""
+    g, s = k.graph, k.schedule
+    if any(g.size(a) is None for a in k.axes()) or not k.streamed:
+        return []
+    x = k.streamed[0]
+    kinds = s.accumulators
+    done = [
+        i
+        for i in k.nodes
+        if kinds.get(i) in COMPLETING and isinstance(g.nodes[i].op, L.Einsum | L.Linear | L.Reduce)
+    ]
+    if len(done) != 1 or kinds[done[0]] not in ("online_softmax", "l2"):
+        return []
+    node = g.nodes[done[0]]
+    made = {v: i for i in k.nodes for v in g.nodes[i].outputs}
+    norms = [
+        v for v in node.inputs if v in made and type(g.nodes[made[v]].op) in STREAM_ACCUMULATORS
+    ]
+    size = {a: int(g.size(a) or 1) for a in k.axes()}
+    if len(norms) != 1 or len(node.inputs) != 2 or size[x] < 2:
+        return []
+    other = next(v for v in node.inputs if v != norms[0])
+    tile = k.tile(x)
+    n = tile if isinstance(tile, int) else chunk
+    out = [Partition(x, "stream", max(1, min(n, size[x])), 0)]
+    serial = {x}
+    for i in k.nodes:
+        if g.nodes[i].op.category == "normaliser":
+            serial.update(a for grp in g.nodes[i].op.signature()[0] for a in grp)
+    par = [a for a in dict.fromkeys(s.root(a) for a in k.grouped if a not in serial) if a != x]
+    free = [a for a in g.values[node.outputs[0]].axes if s.root(a) not in par]
+    if math.prod(size[a] for a in free) > MAX_ACC_ELEMS:
+        return []
+    theirs = g.values[other].axes
+    for a in reversed(par):
+        if size[a] > 1 and not any(b == a or s.root(b) == a for b in theirs):
+            per_item = min(rows, size[a])
+            out.append(Partition(a, "group", per_item, 1))
+            if group is not None:
+                out.append(Partition(a, "group", max(per_item, group), 0))
+            break
+    return out
 
 
 def _normalised(gen: KernelGen, node: Node) -> tuple[Node, int] | None:
@@ -420,7 +470,9 @@ def _rows_template(
         _bind(gen, acc)
         for v in gen.kernel.outputs:
             gen.write(v, e, par)
-    return gen.launch(total, "streamed", ROWS_GROUP if rows > 1 else 16)
+    per_group = gen.kernel.chosen(row, 0) if row is not None else None
+    local = max(1, per_group // rows) if per_group else ROWS_GROUP if rows > 1 else 16
+    return gen.launch(total, "streamed", local)
 
 
 def _alias_x(gen: KernelGen, x: Axis, expr: str) -> dict[Axis, str]:

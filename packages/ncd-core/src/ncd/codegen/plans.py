@@ -1,0 +1,186 @@
+"""Which kernels a C-like target generates: ``ncd.fuse`` (then the splits below), or a small
+local planner (``fuse="local"``), or one kernel per op. Shared by ncd-opencl and ncd-cuda.
+
+The local planner (documented in docs/opencl.md) keeps a value in memory when it is a graph
+output, has several consumers, or sits between two heavy ops (contraction, reduction,
+normaliser) -- except a normaliser whose output only feeds a contraction over its axis, which
+is streamed (flash). Everything else is inlined into its single consumer: elementwise chains,
+views, epilogues (bias, activation, residual add) of contractions and normalisers.
+"""
+
+from __future__ import annotations
+
+from ncd.axis import Axis
+from ncd.codegen.program import choose_layouts
+from ncd.graph import Graph, Node
+from ncd.kernel import FusionPlan, Kernel, Partition, kernel_io, unfused
+from ncd.primitives import library as L
+
+__all__ = ["choose_layouts", "local_plan", "plan_for"]
+
+HEAVY = frozenset({"contraction", "reduction", "normaliser", "other"})
+STREAMABLE = (L.Softmax, L.L2Norm)
+
+
+def _heavy(node: Node) -> bool:
+    return node.op.category in HEAVY
+
+
+def _streamed(graph: Graph, i: int) -> bool:
+    """Node ``i`` is a streamable normaliser whose only consumer contracts its axis."""
+    node = graph.nodes[i]
+    if not isinstance(node.op, STREAMABLE):
+        return False
+    cs = graph.consumers[node.outputs[0]]
+    if len(cs) != 1 or node.outputs[0] in graph.outputs:
+        return False
+    c = graph.nodes[cs[0]].op
+    return isinstance(c, L.Einsum) and node.op.axis in c.contracted
+
+
+def _feeds_stream(graph: Graph, v: int) -> bool:
+    """Value ``v`` reaches a streamed normaliser through single-consumer elementwise ops."""
+    while True:
+        cs = graph.consumers[v]
+        if len(cs) != 1 or v in graph.outputs:
+            return False
+        node = graph.nodes[cs[0]]
+        if _streamed(graph, cs[0]):
+            return True
+        if node.op.category not in ("elementwise", "view"):
+            return False
+        v = node.outputs[0]
+
+
+def _inline(graph: Graph, i: int, v: int) -> bool:
+    node = graph.nodes[i]
+    cs = graph.consumers[v]
+    if v in graph.outputs or len(cs) != 1:
+        return False
+    consumer = graph.nodes[cs[0]]
+    if _streamed(graph, i) or _feeds_stream(graph, v):
+        return True
+    if node.op.category in ("view", "source"):
+        return True
+    if consumer.op.category == "view":
+        return not _heavy(node)  # a heavy result seen through a view is read from memory
+    if consumer.op.category == "elementwise":
+        return True  # an epilogue: computed once per element where it is consumed
+    # the consumer reads every element many times (a contraction) or several times (a norm)
+    return not _heavy(node) and consumer.op.category != "contraction"
+
+
+def _local_groups(graph: Graph) -> list[list[int]]:
+    """The local planner's kernels as node lists: each value kept in memory roots one."""
+    owner: dict[int, int] = {}  # node -> root node
+    for i in reversed(range(len(graph.nodes))):
+        node = graph.nodes[i]
+        v = node.outputs[0]
+        if len(node.outputs) == 1 and _inline(graph, i, v):
+            owner[i] = owner[graph.consumers[v][0]]
+        else:
+            owner[i] = i
+    groups: dict[int, list[int]] = {}
+    for i in range(len(graph.nodes)):
+        groups.setdefault(owner[i], []).append(i)
+    return [groups[root] for root in sorted(groups)]
+
+
+def _local_kernel(graph: Graph, nodes: list[int]) -> Kernel:
+    ins, outs = kernel_io(graph, nodes)
+    return Kernel(
+        graph, nodes, ins, outs, _partitions(graph, nodes, outs), _name(graph, nodes, max(nodes))
+    )
+
+
+def local_plan(graph: Graph) -> FusionPlan:
+    """Kernels rooted at every value kept in memory; each holds what it inlines."""
+    return FusionPlan(graph, [_local_kernel(graph, nodes) for nodes in _local_groups(graph)], ())
+
+
+def _partitions(graph: Graph, nodes: list[int], outs: tuple[int, ...]) -> list[Partition]:
+    streamed: list[Axis] = [
+        graph.nodes[i].op.axis  # type: ignore[attr-defined]
+        for i in nodes
+        if _streamed(graph, i)
+    ]
+    parts = [Partition(a, "stream") for a in streamed]
+    serial = set(streamed)
+    for i in nodes:
+        if graph.nodes[i].op.category == "normaliser":
+            serial.update(a for g in graph.nodes[i].core_in for a in g)
+    last = graph.values[outs[-1]].axes if outs else ()
+    parts += [Partition(a, "group", 1, 1) for a in last if a not in serial]
+    return parts
+
+
+def _name(graph: Graph, nodes: list[int], root: int) -> str:
+    kinds = [graph.nodes[i].op.kind for i in nodes if graph.nodes[i].op.category != "view"]
+    body = "_".join(dict.fromkeys(kinds)) or graph.nodes[root].op.kind
+    return f"k{root}_{body}"[:40]
+
+
+def plan_for(graph: Graph, fuse: bool | str = True) -> FusionPlan:
+    """``fuse=False``: one kernel per node; ``"local"``: this module's planner; ``True``:
+    ``ncd.fuse``, its plain-sum streams and sibling maps split (each piece a matmul)."""
+    if fuse is False:
+        return unfused(graph)
+    if fuse is True:
+        from ncd.fusion import fuse as fuser
+
+        return split_siblings(split_sum_streams(fuser(graph), graph))
+    return local_plan(graph)
+
+
+def split_sum_streams(plan: FusionPlan, graph: Graph) -> FusionPlan:
+    """Replace kernels that stream a plain sum (the MLP streamed over ``d_ff``) by the local
+    planner's kernels for the same nodes: each is then a matmul with its epilogue. On PoCL's CPU
+    device a work-item carrying a whole output row of accumulators ran 8x slower than one
+    work-item per output element (measured on the MLP, docs/opencl.md); on a GPU such a row is
+    a register file's worth per thread and no tensor-core tile. Normalised contractions
+    (attention) keep their stream."""
+    groups: list[list[int]] | None = None
+    kernels: list[Kernel] = []
+    for k in plan.kernels:
+        kinds = set(k.accumulators().values()) if k.streamed else set()
+        if not k.streamed or kinds & {"online_softmax", "l2"}:
+            kernels.append(k)
+            continue
+        groups = _local_groups(graph) if groups is None else groups
+        members = set(k.nodes)
+        parts = [nodes for nodes in groups if set(nodes) <= members]
+        if sorted(i for nodes in parts for i in nodes) != sorted(members):
+            kernels.append(k)
+            continue
+        kernels.extend(_local_kernel(graph, nodes) for nodes in parts)
+    return FusionPlan(graph, kernels, plan.boundaries)
+
+
+def split_siblings(plan: FusionPlan) -> FusionPlan:
+    """One kernel per learned map in sibling-fused kernels (the q/k/v projections read the
+    same input): each piece then fits the tiled matmul template; a node goes with the first
+    contraction it depends on inside the kernel."""
+    g = plan.graph
+    out: list[Kernel] = []
+    for k in plan.kernels:
+        roots = [i for i in k.nodes if isinstance(g.nodes[i].op, L.Linear)]
+        if len(roots) < 2 or k.streamed:
+            out.append(k)
+            continue
+        owner: dict[int, int] = {}
+        made = {v: i for i in k.nodes for v in g.nodes[i].outputs}
+        for i in k.nodes:
+            deps = [owner[made[v]] for v in g.nodes[i].inputs if v in made]
+            owner[i] = i if i in roots else (deps[0] if deps else roots[0])
+        if any(
+            len({owner[made[v]] for v in g.nodes[i].inputs if v in made} | {owner[i]}) > 1
+            for i in k.nodes
+        ):
+            out.append(k)  # a node joins two maps: keep the planner's kernel
+            continue
+        for r in roots:
+            nodes = [i for i in k.nodes if owner[i] == r]
+            ins, outs = kernel_io(g, nodes)
+            parts = [p for p in k.partitions if p.axis in Kernel(g, nodes, ins, outs).axes()]
+            out.append(Kernel(g, nodes, ins, outs, parts, f"{k.name}_{g.nodes[r].op.kind}{r}"))
+    return FusionPlan(g, out, plan.boundaries)

@@ -1,0 +1,89 @@
+"""Program-level steps every C-like target shares: the storage order of kept intermediates,
+unique kernel names, and one function for identical kernels (the layers of a GPT).
+
+A target renders each planned kernel (``render_kernel``) and passes the list to ``assemble``;
+``choose_layouts`` decides, before rendering, the order in which intermediates are stored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import attrs
+
+from ncd.axis import Axis
+from ncd.codegen.lower import KernelSource
+from ncd.kernel import FusionPlan
+from ncd.primitives import library as L
+
+__all__ = ["assemble", "choose_layouts"]
+
+
+def choose_layouts(plan: FusionPlan) -> dict[int, tuple[Axis, ...]]:
+    """Storage order of intermediates: a streamed kernel's inputs keep the axes its inner loops
+    walk last (unit stride); a value read by a Linear keeps its contracted axes last and
+    contiguous, so a tiled matmul reads rows with unit stride."""
+    g = plan.graph
+    kept = {v for k in plan.kernels for v in k.outputs} - set(g.outputs)
+    out: dict[int, tuple[Axis, ...]] = {}
+    for k in plan.kernels:
+        # a streamed kernel walks its stream axis outside and loops over the axes a work-item
+        # does not fix inside: store its inputs so those inner loops have unit stride
+        if not k.streamed:
+            continue
+        alias = k.aliases
+        x = k.streamed[0]
+        grid = {alias.get(a, a) for a in k.grouped}
+        for v in k.inputs:
+            if v not in kept:
+                continue
+            axes = g.values[v].axes
+            xs = [a for a in axes if a == x or alias.get(a, a) == alias.get(x, x)]
+            inner = [a for a in axes if a not in xs and alias.get(a, a) not in grid]
+            outer = [a for a in axes if a not in xs and a not in inner]
+            out[v] = (*outer, *xs, *inner)
+    for v in kept:
+        if v in out:
+            continue
+        axes = g.values[v].axes
+        for c in g.consumers[v]:
+            op = g.nodes[c].op
+            if isinstance(op, L.Linear) and set(op.in_axes) <= set(axes):
+                out[v] = (*[a for a in axes if a not in op.in_axes], *op.in_axes)
+                break
+    return out
+
+
+def assemble(kernels: Sequence[KernelSource]) -> tuple[KernelSource, ...]:
+    """The rendered kernels of one program, in launch order: names made unique (a suffix), and
+    identical kernels sharing the first one's function (later copies carry no text and launch
+    it by name, so build and JIT time do not grow with depth)."""
+    named: list[KernelSource] = []
+    seen: set[str] = set()
+    for src in kernels:
+        if src.name in seen:  # kernel names must be unique within one program
+            new = f"{src.name}_{len(seen)}"
+            src = attrs.evolve(src, name=new, text=src.text.replace(f" {src.name}(", f" {new}(", 1))
+        seen.add(src.name)
+        named.append(src)
+    first: dict[str, str] = {}
+    out = []
+    for src in named:
+        key = _canonical(src)
+        if key in first:
+            src = attrs.evolve(src, name=first[key], text="")
+        else:
+            first[key] = src.name
+        out.append(src)
+    return tuple(out)
+
+
+def _canonical(src: KernelSource) -> str:
+    """The kernel's text with its name, comments and argument names abstracted: two kernels
+    with the same canonical text are one function launched on different buffers."""
+    lines = [ln for ln in src.text.splitlines() if not ln.lstrip().startswith("//")]
+    text = "\n".join(lines).replace(f" {src.name}(", " K(", 1)
+    for n, b in enumerate(src.buffers):
+        text = re.sub(rf"\b{re.escape(b.name)}\b", f"@{n}", text)
+    return f"{src.global_size}{src.local_size}{text}"
