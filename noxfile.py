@@ -96,7 +96,8 @@ def opencl(session: nox.Session) -> None:
 
 @nox.session
 def cuda(session: nox.Session) -> None:
-    """Compiles generated CUDA with nvcc/ptxas (nothing runs without a GPU)."""
+    """Compiles generated CUDA with NVRTC (and nvcc/ptxas where installed); the executing
+    tests run only where a GPU is present."""
     session.install(*TEST, CORE, "./packages/ncd-cuda")
     _pytest(session, "tests/cuda")
 

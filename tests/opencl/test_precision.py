@@ -11,7 +11,6 @@ grows with the length of the sums (``CONTRACTION``) and the depth of the model (
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import ml_dtypes
@@ -20,36 +19,13 @@ import pytest
 
 import ncd
 from ncd import nn, ops
+from ncd.testing import ELEMENTWISE, MODEL, contraction
+from ncd.testing import random_inputs as inputs
 
 pytest.importorskip("pyopencl")
 
 FORMATS = {"bfloat16": ncd.bfloat16, "float16": ncd.float16, "float64": ncd.float64}
 SIZES = (1, 7, 13, 301)
-ELEMENTWISE = 2.0  # one ulp flip either side
-MODEL = 8.0  # a flip carried through a few layers
-
-
-def contraction(k: int) -> float:
-    """``c`` for a sum of ``k`` products: the normaliser's 2 plus sqrt(k) for the order."""
-    return ELEMENTWISE + math.sqrt(k)
-
-
-def eps(fmt: Any) -> float:
-    return float(ml_dtypes.finfo(fmt.numpy).eps)
-
-
-def inputs(model: Any, seed: int = 0) -> list[np.ndarray]:
-    g = model.graph
-    rng = np.random.default_rng(seed)
-    out = []
-    for v in g.inputs:
-        t = g.values[v]
-        shape = tuple(g.size(a) for a in t.axes)
-        if t.dtype == "int64":
-            out.append(rng.integers(0, 11, shape))
-        else:
-            out.append(rng.standard_normal(shape).astype(t.dtype.numpy))
-    return out
 
 
 def check(model: Any, fmt: Any, c: float, **options: Any) -> set[str]:
@@ -63,11 +39,11 @@ def check(model: Any, fmt: Any, c: float, **options: Any) -> set[str]:
     assert got.dtype == want.dtype == fmt.numpy
     g, w = got.astype(np.float64), want.astype(np.float64)
     scale = max(1.0, float(np.max(np.abs(w))))
-    tol = c * eps(fmt) * (np.abs(w) + scale)
+    tol = c * fmt.eps * (np.abs(w) + scale)
     bad = np.abs(g - w) > tol
     assert not bad.any(), (
         f"{int(bad.sum())} of {bad.size} elements off by more than {c} eps; worst "
-        f"{float(np.max(np.abs(g - w) / (eps(fmt) * (np.abs(w) + scale)))):.2f} eps"
+        f"{float(np.max(np.abs(g - w) / (fmt.eps * (np.abs(w) + scale)))):.2f} eps"
     )
     graph = ncd.reference.prepare(model, xs, params)[0]
     return {k.style for k in exe.compiled(graph).gen.kernels}
@@ -182,7 +158,7 @@ def test_non_finite_inputs(make: Any, fmt: Any) -> None:
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     fin = np.isfinite(want)
-    np.testing.assert_allclose(got[fin], want[fin], rtol=2 * eps(fmt), atol=2 * eps(fmt))
+    np.testing.assert_allclose(got[fin], want[fin], rtol=2 * fmt.eps, atol=2 * fmt.eps)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy on inf/NaN in the reference
@@ -262,7 +238,7 @@ def test_mixed_formats_with_casts() -> None:
     want = ncd.run(model, x, params=params)
     assert got.dtype == np.float32
     # the softmax's bfloat16 output is rounded in the kernel as in the reference (one flip)
-    np.testing.assert_allclose(got, want, rtol=2 * eps(ncd.bfloat16), atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=2 * ncd.bfloat16.eps, atol=1e-6)
 
 
 def test_parameters_and_out_in_the_wire_format() -> None:
@@ -376,6 +352,6 @@ def test_free_sizes_in_every_format(make: Any, shapes: Any, fmt: Any) -> None:
         got = exe(*xs, params=params).astype(np.float64)
         want = ncd.run(model, *xs, params=params).astype(np.float64)
         scale = max(1.0, float(np.max(np.abs(want))))
-        tol = contraction(max(n, 24)) * eps(fmt) * (np.abs(want) + scale)
+        tol = contraction(max(n, 24)) * fmt.eps * (np.abs(want) + scale)
         assert (np.abs(got - want) <= tol).all(), n
     assert exe.builds == 1

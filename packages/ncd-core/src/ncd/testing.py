@@ -14,6 +14,7 @@ compiling (``Case.free_model``): a backend that takes sizes at run time is check
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -26,7 +27,41 @@ from ncd.axis import Axis
 from ncd.params import init
 from ncd.reference import run
 
-__all__ = ["BackendConformance", "Case", "cases", "case_by_name"]
+__all__ = [
+    "ELEMENTWISE",
+    "MODEL",
+    "BackendConformance",
+    "Case",
+    "case_by_name",
+    "cases",
+    "contraction",
+    "random_inputs",
+]
+
+# Tolerances for a target against the reference computing the same formats, in units of the
+# format's eps times the result's scale (what tests/opencl and tests/cuda compare with):
+ELEMENTWISE = 2.0  # one ulp flip either side
+MODEL = 8.0  # a flip carried through a few layers
+
+
+def contraction(k: int) -> float:
+    """The factor for a sum of ``k`` products: the normaliser's 2 plus sqrt(k) for the order."""
+    return ELEMENTWISE + math.sqrt(k)
+
+
+def random_inputs(model: Any, seed: int = 0) -> list[np.ndarray]:
+    """Standard-normal inputs in each input's format (token inputs: integers below 11)."""
+    g = model.graph
+    rng = np.random.default_rng(seed)
+    out = []
+    for v in g.inputs:
+        t = g.values[v]
+        shape = tuple(g.size(a) for a in t.axes)
+        if t.dtype == "int64":
+            out.append(rng.integers(0, 11, shape))
+        else:
+            out.append(rng.standard_normal(shape).astype(t.dtype.numpy))
+    return out
 
 
 @attrs.frozen

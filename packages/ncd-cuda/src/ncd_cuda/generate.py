@@ -1,0 +1,109 @@
+"""From a bound graph to CUDA C: plan, choose layouts, render each kernel through core's
+renderer in the CUDA dialect. Pure (no compiler, no device): ``ncd_cuda.build`` compiles what
+this returns.
+
+The plan is core's (``ncd.codegen.plans.plan_for``: ``ncd.fuse`` and its splits, the same
+kernels as ncd-opencl's), marked ``target="cuda"``: the kernels that run are the kernels
+``ncd.plan(model, target="cuda")`` returns, so ncd-perf and ncd-diagram see them.
+Templates tried in order: the tensor-core matmul (16-bit contractions, ``ncd_cuda.mma``),
+core's streamed normaliser (online softmax / L2 attention); everything else is core's pointwise
+driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ncd.codegen import CODEGEN_RULES, KernelSource, render_kernel
+from ncd.codegen.program import assemble, choose_layouts
+from ncd.codegen.stream import stream_choices, streamed_template
+from ncd.errors import ScheduleError
+from ncd.graph import Graph
+from ncd.kernel import FusionPlan
+from ncd_cuda.dialect import CUDA, program_preamble
+
+__all__ = ["Generated", "cuda_plan", "cuda_rules", "generate"]
+
+#: the streamed attention on a GPU: one query row per thread (its accumulator row in registers),
+#: 128 rows per block (4 warps), keys in chunks of 16 (the scores of a chunk in registers too)
+STREAM_CHUNK = 16
+STREAM_BLOCK = 128
+
+
+@attrs.frozen
+class Generated:
+    graph: Graph = attrs.field(eq=False, repr=False)
+    plan: FusionPlan = attrs.field(eq=False)
+    kernels: tuple[KernelSource, ...]  # in launch order; a shared kernel's copies carry no text
+    layouts: Mapping[int, tuple[Any, ...]]
+
+    @property
+    def source(self) -> str:
+        """The program: the preamble, then each distinct kernel function once."""
+        return (
+            program_preamble(self.kernels)
+            + "\n"
+            + "\n".join(k.text for k in self.kernels if k.text)
+        )
+
+
+def cuda_rules() -> dict[type, Any]:
+    """The core rule table plus every ``Lowering`` registered for target ``cuda``."""
+    from ncd.op import OP_KINDS
+    from ncd.plugins import registry
+
+    table: dict[type, Any] = dict(CODEGEN_RULES)
+    for kind, lowering in registry().lowerings_for("cuda").items():
+        cls = OP_KINDS.get(kind)
+        if cls is not None:
+            table[cls] = lowering.rule
+    return table
+
+
+def cuda_plan(graph: Graph, tiles: Mapping[Any, int] | None = None) -> FusionPlan:
+    """The plan ncd-cuda renders, marked ``target="cuda"``: ``ncd.fuse``'s kernels with the
+    splits core's ``plan_for`` makes (a plain-sum stream and sibling maps become matmuls, each
+    a tensor-core tile in 16-bit formats), the streamed attention's GPU tiles as choices."""
+    from ncd.codegen.plans import plan_for
+
+    if tiles:
+        raise ScheduleError(
+            "ncd-cuda's templates choose their own tiles (the tensor-core matmul: 64x64 blocks of "
+            "4 warps; the streamed attention: one thread per query row); tiles= is not taken yet. "
+            "Fix: drop tiles=, or use target='opencl' to experiment with tiles."
+        )
+    base = plan_for(graph)
+    kernels = []
+    for k in base.kernels:
+        made = stream_choices(k, STREAM_CHUNK, 1, STREAM_BLOCK) if k.streamed else []
+        kernels.append(k.with_choices(made) if made else k)
+    return FusionPlan(graph, kernels, base.boundaries, target="cuda")
+
+
+def templates() -> list[Any]:
+    from ncd_cuda.mma import mma_template
+
+    return [mma_template, streamed_template]
+
+
+def generate(graph: Graph, *, plan: FusionPlan | None = None, wide: bool = False) -> Generated:
+    """Render ``plan`` (default ``cuda_plan(graph)``) as CUDA C. ``wide``: 64-bit indices."""
+    if plan is None:
+        plan = cuda_plan(graph)
+    elif plan.target not in (None, "cuda"):
+        raise ScheduleError(
+            f"plan= was made for target {plan.target!r}; ncd-cuda renders plans for 'cuda' (or "
+            "ncd's own). Fix: ncd.plan(model, target='cuda')."
+        )
+    elif plan.graph is not graph and plan.graph != graph:
+        raise ScheduleError(
+            "plan= was made for another graph than the one compiled (other sizes or ops). Fix: "
+            "plan the bound model that runs: ncd.plan(model.bind(...), target='cuda')."
+        )
+    layouts = choose_layouts(plan)
+    rules, tpl = cuda_rules(), templates()
+    kernels = [render_kernel(k, CUDA, rules, layouts, tpl, wide) for k in plan.kernels]
+    return Generated(graph, plan, assemble(kernels), layouts)

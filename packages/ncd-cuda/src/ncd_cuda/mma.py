@@ -1,0 +1,217 @@
+"""The tensor-core template: a float16 or bfloat16 contraction ``C[m, n] = sum_k A[m, k] B[k, n]``
+(a learned linear map, or a two-operand einsum with no batch axis) with its elementwise
+epilogue, on ``mma.sync.aligned.m16n8k16`` with float32 accumulators (sm_80 and later).
+
+A block of 4 warps computes a ``BM x BN`` tile of C; warp ``(wm, wn)`` of the 2 x 2 arrangement
+owns a 32 x 32 quarter: 2 x 4 mma tiles of 16 x 8, 32 accumulators per thread. Per chunk of
+``BK`` contracted elements the block copies its tile of A (``BM x BK``) and of B (``BN x BK``,
+k contiguous whatever B's storage order) into shared memory as raw 16-bit values (rows past M
+or N and k past K are zero), then each warp loads its fragments with 32-bit shared reads (two
+consecutive k per register, the lower k in the lower half) and issues 16 mma per chunk. The
+epilogue (bias, activation, residual, the store in the output's format) is core's pull-based
+renderer reading each accumulator, one unrolled loop over a thread's 32 results.
+
+Fragment layout (PTX ISA, m16n8k16 with 16-bit A/B): lane ``l``, ``g = l / 4``, ``t = l % 4``;
+A registers a0..a3 hold (row g, k 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B
+registers b0, b1 hold (k 2t..2t+1, col g), (k 2t+8.., col g); C holds (g, 2t), (g, 2t+1),
+(g+8, 2t), (g+8, 2t+1).
+
+Not yet: ``cp.async`` double buffering, ``wgmma``/TMA on sm_90 (sm_90 runs the same mma.sync),
+batched contractions, run-time sizes (those kernels go to the pointwise renderer).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ncd.axis import Axis
+from ncd.codegen import KernelGen, KernelSource
+from ncd.primitives import library as L
+
+__all__ = ["BK", "BM", "BN", "mma_template"]
+
+BM, BN, BK = 64, 64, 32  # block tile: rows, columns, contracted elements per chunk
+PAD = 8  # 16-bit elements of padding per shared row (spreads a warp's rows over the banks)
+THREADS = 128
+MMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}
+UNROLL = "#pragma unroll\n"
+#: the names this template writes; reserved in the kernel's namespace before anything else
+#: is named, so an epilogue's temporaries can never shadow one
+NAMES = (
+    "as",
+    "bs",
+    "tile",
+    "m0",
+    "n0",
+    "lane",
+    "warp",
+    "wm",
+    "wn",
+    "g",
+    "t",
+    "c",
+    "k0",
+    "e",
+    "r",
+    "kk",
+    "gr",
+    "gk",
+    "ks",
+    "a",
+    "b",
+    "i",
+    "j",
+    "q",
+    "col",
+    "gm",
+    "gn",
+)
+
+
+def _operands(gen: KernelGen) -> tuple[Any, ...] | None:
+    """(node, A buffer, A's row axes, B buffer, B's column axes, contracted axes, bias?) when the
+    kernel is one 16-bit contraction plus elementwise ops, else ``None``."""
+    g, k = gen.graph, gen.kernel
+    renames = k.aliases
+    nodes = [g.nodes[i] for i in k.nodes]
+    heavy = [
+        n
+        for n in nodes
+        if n.op.category != "elementwise"
+        and not (n.op.category == "view" and n.op.out_axes[0] in renames)  # type: ignore[attr-defined]
+    ]
+    if len(heavy) != 1 or k.streamed:
+        return None
+    node = heavy[0]
+    op = node.op
+    if isinstance(op, L.Linear):
+        x = node.inputs[0]
+        if x in gen.made_here or set(op.in_axes) & set(op.out_axes):
+            return None
+        m_axes, n_axes, k_axes = tuple(node.loop), tuple(op.out_axes), tuple(op.in_axes)
+        a_buf, b_buf = gen.value_buffer(x), gen.param_buffer(node, "weight")
+        if any(a not in m_axes and a not in k_axes for a in g.values[x].axes):
+            return None
+        bias = bool(op.bias)
+    elif isinstance(op, L.Einsum) and len(node.inputs) == 2:
+        if any(v in gen.made_here for v in node.inputs):
+            return None
+        a_v, b_v = node.inputs
+        k_axes = tuple(op.contracted)
+        a_axes, b_axes = g.values[a_v].axes, g.values[b_v].axes
+        m_axes = tuple(a for a in a_axes if a not in k_axes)
+        n_axes = tuple(a for a in b_axes if a not in k_axes)
+        if not k_axes or set(m_axes) & set(n_axes) or not m_axes or not n_axes:
+            return None  # a batched product or an outer product: the pointwise renderer
+        if set(g.values[node.outputs[0]].axes) != set(m_axes) | set(n_axes):
+            return None
+        a_buf, b_buf = gen.value_buffer(a_v), gen.value_buffer(b_v)
+        bias = False
+    else:
+        return None
+    fmt = {str(a_buf.dtype), str(b_buf.dtype)}
+    if len(fmt) != 1 or next(iter(fmt)) not in MMA_TYPES or gen.cdtype != "float32":
+        return None
+    if gen.wide or any(gen.known(a) is None for a in k.axes()):
+        return None
+    full = set(m_axes) | set(n_axes)
+    for v in k.outputs:
+        if {renames.get(a, a) for a in g.values[v].axes} != full:
+            return None
+    return node, a_buf, m_axes, b_buf, n_axes, k_axes, bias
+
+
+def _known(gen: KernelGen, a: Axis) -> int:
+    n = gen.known(a)
+    assert n is not None  # (``_operands`` declines kernels with run-time sizes)
+    return n
+
+
+def _stage(
+    gen: KernelGen,
+    tile: str,
+    buf: Any,
+    rows_axes: tuple[Axis, ...],
+    k_axes: tuple[Axis, ...],
+    first: str,
+    nrows: int,
+    kdim: int,
+) -> None:
+    """Copy ``rows x BK`` elements of ``buf`` (rows from ``first``, k from ``k0``) into shared
+    ``tile``; consecutive threads take consecutive addresses in global memory."""
+    w = gen.w
+    k_last = bool(buf.axes) and buf.axes[-1] in k_axes
+    rows = BM if tile == "as" else BN
+    with w.block(f"for (int e = threadIdx.x; e < {rows * BK}; e += {THREADS})", "e"):
+        if k_last:  # k has unit stride: threads walk k fastest
+            w.line(f"const int r = e / {BK}, kk = e % {BK};")
+        else:  # the rows have unit stride: threads walk rows fastest
+            w.line(f"const int r = e % {rows}, kk = e / {rows};")
+        w.line(f"const int gr = {first} + r, gk = k0 + kk;")
+        addr = buf.address({**gen.split(rows_axes, "gr"), **gen.split(k_axes, "gk")})
+        w.line(f"{tile}[r][kk] = gr < {nrows} && gk < {kdim} ? {buf.name}[{addr}] : 0;")
+
+
+def mma_template(gen: KernelGen) -> KernelSource | None:
+    gen.reserve(*NAMES)  # (the buffers are ``in0``, ``w_...``, ``out2``: never one of these)
+    found = _operands(gen)
+    if found is None:
+        return None
+    node, a_buf, m_axes, b_buf, n_axes, k_axes, bias = found
+    w, k = gen.w, gen.kernel
+    msz, nsz, kdim = (math.prod(_known(gen, a) for a in axes) for axes in (m_axes, n_axes, k_axes))
+    ty = MMA_TYPES[str(a_buf.dtype)]
+    tiles_n = -(-nsz // BN)
+    tiles = -(-msz // BM) * tiles_n
+    w.line(f"__shared__ __align__(16) unsigned short as[{BM}][{BK + PAD}];")
+    w.line(f"__shared__ __align__(16) unsigned short bs[{BN}][{BK + PAD}];")
+    w.line("const int tile = blockIdx.x;")
+    w.line(f"const int m0 = (tile / {tiles_n}) * {BM}, n0 = (tile % {tiles_n}) * {BN};")
+    w.line("const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;")
+    w.line("const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;")
+    w.line("const int g = lane / 4, t = lane % 4;")
+    w.line("float c[32];")
+    w.line("for (int r = 0; r < 32; ++r) c[r] = 0.0f;")
+    with w.block(f"for (int k0 = 0; k0 < {kdim}; k0 += {BK})", "k0"):
+        _stage(gen, "as", a_buf, m_axes, k_axes, "m0", msz, kdim)
+        _stage(gen, "bs", b_buf, n_axes, k_axes, "n0", nsz, kdim)
+        w.line("__syncthreads();")
+        with w.block(f"{UNROLL}for (int ks = 0; ks < {BK}; ks += 16)", "ks"):
+            w.line("unsigned a[2][4], b[4][2];")
+            with w.block(f"{UNROLL}for (int i = 0; i < 2; ++i)", "i"):
+                w.line("const int r = wm + i * 16 + g;")
+                for reg, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+                    w.line(f"a[i][{reg}] = *(const unsigned*)&as[r + {dr}][ks + 2 * t + {dk}];")
+            with w.block(f"{UNROLL}for (int j = 0; j < 4; ++j)", "j"):
+                w.line("const int col = wn + j * 8 + g;")
+                w.line("b[j][0] = *(const unsigned*)&bs[col][ks + 2 * t];")
+                w.line("b[j][1] = *(const unsigned*)&bs[col][ks + 2 * t + 8];")
+            with w.block(f"{UNROLL}for (int q = 0; q < 8; ++q)", "q"):
+                w.line("const int i = q / 4, j = q % 4;")
+                w.line(
+                    f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 '
+                    '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" '
+                    ': "+f"(c[q * 4]), "+f"(c[q * 4 + 1]), "+f"(c[q * 4 + 2]), '
+                    '"+f"(c[q * 4 + 3]) : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), '
+                    '"r"(a[i][3]), "r"(b[j][0]), "r"(b[j][1]));'
+                )
+        w.line("__syncthreads();")
+    # the epilogue: accumulator q*4+e is row wm + (q/4)*16 + g + (e/2)*8, column wn +
+    # (q%4)*8 + 2t + e%2 of the block's tile
+    # (spelled out, not named: every index expression then names ``r``, the loop's variable,
+    # so core's hoisting keeps what the epilogue computes from them inside the loop)
+    gm = "(m0 + wm + (r / 16) * 16 + g + ((r % 4) / 2) * 8)"
+    gn = "(n0 + wn + ((r / 4) % 4) * 8 + 2 * t + r % 2)"
+    with (
+        w.block(f"{UNROLL}for (int r = 0; r < 32; ++r)", "r"),
+        w.block(f"if ({gm} < {msz} && {gn} < {nsz})"),
+    ):
+        env = {**gen.split(m_axes, gm), **gen.split(n_axes, gn)}
+        env.update({a: env[src] for a, src in k.aliases.items() if src in env})
+        gen.bound[node.outputs[0]] = lambda index: (
+            f"(c[r] + {gen.param(node, 'bias', index)})" if bias else "c[r]"
+        )
+        for v in k.outputs:
+            gen.write(v, env, [])
+    return gen.source((tiles * THREADS,), (THREADS,), "mma")

@@ -1,0 +1,173 @@
+"""The cuda backend on a GPU against the reference interpreter: ncd.testing's conformance suite
+(as tests/opencl run it), 16-bit casts of a few models at awkward sizes, device arrays used in
+place, and repeated calls. Skipped as a whole where no GPU runs (the reason says what is
+missing).
+
+16-bit tolerances follow tests/opencl/test_precision.py: ``c * eps * (|ref| + scale)`` with
+``scale = max(1, max |ref|)``, ``c`` growing with the length of sums and the depth of the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ncd
+from ncd import nn, ops
+from ncd.testing import ELEMENTWISE, MODEL, BackendConformance, case_by_name, contraction
+from ncd.testing import random_inputs as inputs
+from ncd_cuda.runtime import probe
+
+_FOUND = probe()
+if not _FOUND.ok:
+    pytest.skip(_FOUND.missing or "no CUDA GPU here", allow_module_level=True)
+
+FORMATS = {"bfloat16": ncd.bfloat16, "float16": ncd.float16}
+SIZES = (1, 7, 13, 301, 1000)
+
+
+class TestCudaConformance(BackendConformance):
+    """Every conformance case at float32 with the base tolerances (IEEE math: NVRTC without
+    fast-math)."""
+
+    target = "cuda"
+    expected_failures: ClassVar[dict[str, str]] = {}
+
+
+def check(model: Any, fmt: Any, c: float) -> None:
+    """Run ``model`` on the GPU and the reference; compare at ``c`` epsilons of ``fmt``."""
+    xs = inputs(model)
+    params = ncd.init(model, seed=0)
+    got = ncd.compile(model, "cuda")(*xs, params=params)
+    want = ncd.run(model, *xs, params=params)
+    assert got.dtype == want.dtype == fmt.numpy
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
+    tol = c * fmt.eps * (np.abs(w) + scale)
+    bad = np.abs(g - w) > tol
+    assert not bad.any(), (
+        f"{int(bad.sum())} of {bad.size} elements off by more than {c} eps; worst "
+        f"{float(np.max(np.abs(g - w) / (fmt.eps * (np.abs(w) + scale)))):.2f} eps"
+    )
+
+
+@pytest.fixture(params=list(FORMATS), ids=list(FORMATS))
+def fmt(request: Any) -> Any:
+    return FORMATS[request.param]
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: ops.softmax("x").over("r").bind(r=5, x=n),
+        lambda n: ops.layernorm("d").over("r").bind(r=5, d=n),
+        lambda n: ops.rmsnorm("d").over("r").bind(r=5, d=n),
+        lambda n: (
+            (ops.unary("gelu") >> ops.scalar("mul", 3.0) >> ops.unary("exp")).over("r").bind(r=n)
+        ),
+    ],
+    ids=["softmax", "layernorm", "rmsnorm", "elementwise"],
+)
+def test_normalisers_and_elementwise(make: Any, n: int, fmt: Any) -> None:
+    check(make(n).cast(fmt), fmt, ELEMENTWISE)
+
+
+@pytest.mark.parametrize(("s", "d", "e"), [(13, 16, 7), (1, 24, 5), (301, 64, 33), (128, 64, 64)])
+def test_linear(s: int, d: int, e: int, fmt: Any) -> None:
+    """Contractions of awkward sizes (the tensor-core template's edges included)."""
+    check(ops.linear("d", "e").over("s").bind(s=s, d=d, e=e).cast(fmt), fmt, contraction(d))
+
+
+def test_mlp(fmt: Any) -> None:
+    check(nn.mlp().over("s").bind(s=13, d_model=16, d_ff=24).cast(fmt), fmt, MODEL)
+
+
+@pytest.mark.parametrize("n", [1, 7, 129, 1000])
+def test_causal_attention(n: int, fmt: Any) -> None:
+    model = nn.attention(causal=True).over("h").bind(h=2, q=n, x=n, d=64, v=64).cast(fmt)
+    check(model, fmt, contraction(max(n, 64)))
+
+
+def test_gpt_two_layers(fmt: Any) -> None:
+    model = nn.gpt(layers=2).bind(seq=13, d_model=16, heads=2, d_head=8, d_ff=32, vocab=11)
+    check(model.cast(fmt), fmt, MODEL)
+
+
+@pytest.mark.parametrize("n", [1, 13, 1025, 100_003])
+def test_awkward_float32_sizes(n: int) -> None:
+    """One block, one block past the largest, many blocks with a ragged end."""
+    model = (ops.unary("gelu") >> ops.unary("exp")).over("r")
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    got = ncd.compile(model, "cuda")(x)
+    np.testing.assert_allclose(got, ncd.run(model, x), rtol=1e-5, atol=1e-6)
+
+
+def test_float64() -> None:
+    model = ops.softmax("x").over("r").bind(r=7, x=301).cast(ncd.float64)
+    x = np.random.default_rng(2).standard_normal((7, 301))
+    got = ncd.compile(model, "cuda")(x)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, ncd.run(model, x), rtol=1e-12, atol=1e-14)
+
+
+def test_repeated_calls_and_new_sizes_rebuild_once_each() -> None:
+    model = ops.softmax("x").over("r")
+    exe = ncd.compile(model, "cuda")
+    for shape in [(7, 13), (7, 13), (3, 1000), (7, 13)]:
+        x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(exe(x), ncd.run(model, x), rtol=1e-5, atol=1e-6)
+    assert exe.builds == 2
+
+
+def test_parameters_changed_in_place_are_seen() -> None:
+    case = case_by_name("mlp")
+    exe = ncd.compile(case.model, "cuda")
+    xs, params = case.inputs(), case.params()
+    exe(*xs, params=params)
+    for p in params.values():
+        p *= 0.5
+    got = exe(*xs, params=params)
+    want = ncd.run(case.model, *xs, params=params)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_out_is_written() -> None:
+    model = ops.softmax("x").over("r").bind(r=7, x=13)
+    x = np.random.default_rng(4).standard_normal((7, 13)).astype(np.float32)
+    out = np.empty((7, 13), np.float32)
+    assert ncd.compile(model, "cuda")(x, out=out) is out
+    np.testing.assert_allclose(out, ncd.run(model, x), rtol=1e-5, atol=1e-6)
+
+
+def test_torch_cuda_tensors_are_used_in_place() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    model = ops.softmax("x").over("r").bind(r=37, x=301)
+    x = torch.randn(37, 301, device="cuda")
+    y = torch.empty(37, 301, device="cuda")
+    torch.cuda.synchronize()
+    assert ncd.compile(model, "cuda")(x, out=y) is y
+    want = ncd.run(model, x.cpu().numpy())
+    np.testing.assert_allclose(y.cpu().numpy(), want, rtol=1e-5, atol=1e-6)
+    got = ncd.compile(model, "cuda")(x)  # device in, NumPy out
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_torch_bfloat16_tensors_as_their_bits() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    model = ops.softmax("x").over("r").bind(r=5, x=13).cast(ncd.bfloat16)
+    x = torch.randn(5, 13, device="cuda").to(torch.bfloat16)
+    torch.cuda.synchronize()
+    got = ncd.compile(model, "cuda")(x.view(torch.int16))
+    host = x.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16)
+    want = ncd.run(model, host)
+    np.testing.assert_allclose(
+        got.astype(np.float32), want.astype(np.float32), rtol=2 * ncd.bfloat16.eps, atol=1e-3
+    )
