@@ -35,6 +35,14 @@ def test_backend_is_registered() -> None:
     assert {"plan", "gpu", "float64"} <= CudaBackend.capabilities
 
 
+def test_the_backend_says_whether_it_can_run_here() -> None:
+    why = ncd.plugins.registry().backend("cuda").unavailable()
+    assert (why is None) == ON_GPU
+    if why is not None:
+        assert why == runtime.probe().missing and "Fix:" in why
+    assert ncd.plugins.registry().backend("reference").unavailable() is None
+
+
 def test_compile_needs_no_gpu() -> None:
     exe = ncd.compile(attention(), "cuda")
     assert callable(exe) and exe.builds == 0

@@ -163,11 +163,18 @@ OPTIONS: dict[str, Any] = {
 }
 
 
-def executable_backends() -> list[str]:
-    """Every installed backend but the reference itself (third-party ones included)."""
+def executable_backends() -> list[Any]:
+    """Every installed backend but the reference itself (third-party ones included); one that
+    cannot run here (``Backend.unavailable``: no GPU for ncd-cuda) is skipped with its reason."""
     from ncd.plugins import registry
 
-    return sorted(n for n in registry().backends if n != "reference")
+    out: list[Any] = []
+    for name, backend in sorted(registry().backends.items()):
+        if name == "reference":
+            continue
+        why = backend.unavailable()
+        out.append(pytest.param(name, marks=pytest.mark.skip(reason=why)) if why else name)
+    return out
 
 
 @pytest.mark.parametrize("target", executable_backends())

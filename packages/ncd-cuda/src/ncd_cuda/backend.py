@@ -639,6 +639,13 @@ class CudaBackend(Backend):
             )
         return CudaExecutable(model, **options)
 
+    def unavailable(self) -> str | None:
+        """``probe().missing``: no driver binding, no NVIDIA driver or no GPU (with the fix)."""
+        from ncd_cuda.runtime import probe
+
+        found = probe()
+        return None if found.ok else found.missing or "no CUDA device"
+
     def plan(self, graph: Any, *, tiles: Any = None, **options: Any) -> Any:
         """The kernels ``compile`` renders for ``graph``: ``ncd.fuse``'s, with the streamed
         attention's choices, marked ``target="cuda"`` (``ncd_cuda.generate.cuda_plan``)."""

@@ -49,6 +49,12 @@ class Backend(abc.ABC):
     def compile(self, model: Any, **options: Any) -> Executable:
         """Turn a model (a term) into an executable for this target."""
 
+    def unavailable(self) -> str | None:
+        """Why this backend cannot run models on this machine (its device, driver or runtime is
+        missing, with the fix), or ``None`` when it can. Cheap and never raising: test suites
+        and ``ncd plugins`` ask it; ``compile``'s executables still raise a typed error."""
+        return None
+
     def plan(self, graph: Any, *, tiles: Any = None, **options: Any) -> Any:
         """The ``ncd.kernel.FusionPlan`` (``target`` = this backend's name) this backend renders
         for ``graph``, its own tile choices recorded as ``Kernel.choices`` and ``tiles``
