@@ -51,3 +51,21 @@ def test_one_fusion_plan_is_drawn_priced_and_compiled(gpt):
     assert svg.count("<polygon") >= len(plan.kernels)  # partition hexagons
     priced = ncd_perf.cost(model, "h100", plan=plan)
     assert len(priced.kernels) == len(plan.kernels)
+
+
+def test_ncd_perf_prices_the_cuda_plan_with_its_occupancy(capsys):
+    """`ncd perf --target cuda`: the kernels priced are those ncd-cuda renders, each with the
+    residency its ptxas report allows (compiled here, nothing runs)."""
+    from ncd.cli import main
+
+    sizes = ["seq=128", "d_model=64", "heads=4", "d_head=16", "d_ff=256", "vocab=97"]
+    argv = ["perf", "gpt", "--target", "cuda", "--machine", "h200", "--dtype", "bfloat16"]
+    assert main([*argv, "--no-formulas", "--bind", *sizes]) == 0
+    out = capsys.readouterr().out
+    assert "as target 'cuda' renders them" in out
+    bound = {k: int(v) for k, v in (s.split("=") for s in sizes)}
+    model = ncd.nn.gpt().bind(**bound).cast(ncd.bfloat16)
+    plan = ncd.plan(model, target="cuda")
+    used = ncd.plugins.registry().backend("cuda").resources(plan)
+    assert set(used) == {k.name for k in plan.kernels}
+    assert out.count("blocks/SM") == len(plan.kernels)

@@ -639,6 +639,26 @@ class CudaBackend(Backend):
             )
         return CudaExecutable(model, **options)
 
+    def resources(self, plan: Any) -> dict[str, dict[str, int]]:
+        """Each plan kernel's block size and ptxas's registers and shared memory, compiled for
+        the GPU's architecture (else sm_90) without running anything."""
+        from ncd_cuda.program import build
+
+        b = build(plan.graph, plan=plan)
+        used = {k.name: k for k in b.kernels}
+        out: dict[str, dict[str, int]] = {}
+        for src in b.launches:
+            k = used[src.name]
+            block = src.local_size[0] if src.local_size else src.global_size[0]
+            if not isinstance(block, int):
+                continue  # a block size left to run time: no report for it
+            out[src.kernel.name] = {
+                "threads": int(block),
+                "registers": k.resources.registers,
+                "shared_bytes": k.resources.shared_bytes,
+            }
+        return out
+
     def unavailable(self) -> str | None:
         """``probe().missing``: no driver binding, no NVIDIA driver or no GPU (with the fix)."""
         from ncd_cuda.runtime import probe

@@ -27,6 +27,8 @@ _EXPORTS = {
     "LevelCost": "ncd_perf.model",
     "ModelCost": "ncd_perf.model",
     "cost": "ncd_perf.model",
+    "Occupancy": "ncd_perf.occupancy",
+    "occupancy": "ncd_perf.occupancy",
     "optimise": "ncd_perf.model",
     "calibrate": "ncd_perf.cli",
 }

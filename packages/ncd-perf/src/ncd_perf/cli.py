@@ -27,6 +27,11 @@ def configure_perf(p: argparse.ArgumentParser) -> None:
         "--machine", default="h100", help="h100, h200, a100, cpu, this, or a .toml/.json"
     )
     p.add_argument("--unfused", action="store_true", help="one kernel per op")
+    p.add_argument(
+        "--target",
+        help="price the plan this backend renders (opencl, cuda); cuda also compiles it and "
+        "reports each kernel's occupancy from ptxas's registers and shared memory",
+    )
     p.add_argument("--dtype", help="re-type every float wire (bfloat16, float16, float8)")
     p.add_argument(
         "--parallel",
@@ -46,12 +51,25 @@ def run_perf(args: argparse.Namespace) -> int:
 
     model = load_model(args.model, args.bind)
     t0 = time.perf_counter()
+    plan, resources = None, None
+    if args.target:
+        import ncd
+        from ncd.plugins import registry
+
+        if args.unfused:
+            raise ncd.NcdError("--unfused and --target contradict: a target renders its plan")
+        if args.dtype:  # the target compiles the model in that format
+            model = model.cast(ncd.dtypes.dtype(args.dtype))
+        plan = ncd.plan(model, target=args.target)
+        resources = registry().backend(args.target).resources(plan)
     result = cost(
         model,
         args.machine,
         fuse=not args.unfused,
         dtype=args.dtype,
         parallel=parse_sizes(args.parallel),
+        plan=plan,
+        resources=resources,
     )
     print(result.machine.describe())
     print()

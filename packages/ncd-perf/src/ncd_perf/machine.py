@@ -62,6 +62,11 @@ class Machine:
     interconnect: Link | None = None
     sources: Mapping[str, str] = attrs.field(factory=dict)
     description: str = ""
+    #: a GPU's per-SM limits for occupancy (``ncd_perf.occupancy``): ``registers``,
+    #: ``max_threads``, ``max_blocks``, ``shared_bytes`` (usable by blocks),
+    #: ``shared_per_block`` (reserved by the driver per block), ``register_unit`` (registers
+    #: allocated per warp in multiples of it), ``warp``; empty for machines without SMs
+    sm: Mapping[str, int] = attrs.field(factory=dict)
 
     @classmethod
     def two_level(
@@ -147,6 +152,7 @@ def _from_dict(data: Mapping[str, Any], fallback_name: str) -> Machine:
         Link(link["name"], float(link["bandwidth"]), float(link["latency"])) if link else None,
         dict(data.get("sources", {})),
         data.get("description", ""),
+        {k: int(v) for k, v in data.get("sm", {}).items()},
     )
 
 

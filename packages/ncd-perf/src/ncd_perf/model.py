@@ -23,6 +23,7 @@ from ncd_perf.distributed import Collective, collectives
 from ncd_perf.flops import flops
 from ncd_perf.formulas import KernelFormulas, size_function
 from ncd_perf.machine import Machine, load_machine
+from ncd_perf.occupancy import Occupancy, occupancy
 from ncd_perf.tiles import TileChoice, choose_tiles
 
 __all__ = ["KernelCost", "LevelCost", "ModelCost", "cost", "optimise"]
@@ -54,6 +55,9 @@ class KernelCost:
     time: float | None = None
     bottleneck: str = ""
     parts: dict[str, float] = attrs.field(factory=dict)
+    #: residency per SM from the target's compiled resources (``cost(resources=)``); reported,
+    #: not yet part of ``time`` (that needs a calibration on the GPU)
+    occupancy: Occupancy | None = None
 
     @property
     def transfers(self) -> sp.Expr:
@@ -159,13 +163,16 @@ def cost(
     dtype: str | None = None,
     parallel: Mapping[str, int] | None = None,
     plan: FusionPlan | None = None,
+    resources: Mapping[str, Mapping[str, int]] | None = None,
 ) -> ModelCost:
     """Price ``model`` on ``machine``.
 
     ``fuse=False`` prices one kernel per op; ``bind`` binds sizes; ``dtype`` re-types every
     float wire (quantisation: ``"bfloat16"``, ``"float8"``); ``parallel`` spans config labels
     over devices (``{"heads": 8}`` is tensor parallel attention, ``{"experts": 8}`` expert
-    parallel MoE)."""
+    parallel MoE). ``plan``: price that plan (``ncd.plan(model, target=...)``: what a target
+    renders); ``resources``: its compiled kernels' ``threads``/``registers``/``shared_bytes`` by
+    kernel name (``Backend.resources``), for each kernel's ``occupancy``."""
     machine = load_machine(machine)
     graph = _graph(model, bind)
     if plan is None:
@@ -188,6 +195,11 @@ def cost(
             collectives(kernel, size, dict(parallel or {}), dtype),
         )
         _roofline(kc, machine)
+        used = (resources or {}).get(kernel.name)
+        if used:
+            kc.occupancy = occupancy(
+                machine, used["threads"], used["registers"], used.get("shared_bytes", 0)
+            )
         kernels.append(kc)
     return ModelCost(plan, machine, kernels)
 

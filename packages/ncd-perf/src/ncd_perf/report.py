@@ -54,6 +54,8 @@ def table(cost: ModelCost) -> str:
                 f"{'':<34} {lv.name[:10]:<10} {tiles[:30]:<30} {_fmt(lv.bytes, 'B'):>9} "
                 f"{res:>9} {_time(lv.time):>10}{fit}"
             )
+        if k.occupancy is not None:
+            lines.append(f"{'':<34} {'SM':<10} {k.occupancy.describe()}")
         for c in k.collectives:
             lines.append(
                 f"{'':<34} {'devices':<10} {c.kind + ' ' + c.label:<30.30} "

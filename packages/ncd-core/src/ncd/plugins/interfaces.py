@@ -55,6 +55,13 @@ class Backend(abc.ABC):
         and ``ncd plugins`` ask it; ``compile``'s executables still raise a typed error."""
         return None
 
+    def resources(self, plan: Any) -> dict[str, dict[str, int]]:
+        """What the compiled kernels of ``plan`` (one of this backend's plans) use, by plan
+        kernel name: ``threads`` per block, ``registers`` per thread, ``shared_bytes`` per
+        block, as the backend's compiler reports them (ncd-perf's occupancy reads them);
+        ``{}`` for a backend with no such report."""
+        return {}
+
     def plan(self, graph: Any, *, tiles: Any = None, **options: Any) -> Any:
         """The ``ncd.kernel.FusionPlan`` (``target`` = this backend's name) this backend renders
         for ``graph``, its own tile choices recorded as ``Kernel.choices`` and ``tiles``
