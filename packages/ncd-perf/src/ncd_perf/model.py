@@ -19,6 +19,7 @@ import sympy as sp
 from ncd.fusion import fuse as plan_fusion
 from ncd.graph import Graph, as_graph
 from ncd.kernel import FusionPlan, Kernel, unfused
+from ncd.primitives import library as L
 from ncd_perf.distributed import Collective, collectives
 from ncd_perf.flops import flops
 from ncd_perf.formulas import KernelFormulas, size_function
@@ -220,10 +221,41 @@ def _dtype(kernel: Kernel, override: str | None) -> str:
 
 def _flops(kernel: Kernel, size: Any) -> dict[str, sp.Expr]:
     total: dict[str, sp.Expr] = {}
+    masked = _causal_share(kernel, size)
     for n in kernel.ops:
+        share = sp.Integer(1)
+        if masked is not None:
+            q, x, frac = masked
+            roots = {
+                kernel.aliases.get(a, a)
+                for v in (*n.inputs, *n.outputs)
+                for a in kernel.graph.values[v].axes
+            }
+            share = frac if {q, x} <= roots else share
         for kind, c in flops(n, size).items():
-            total[kind] = total.get(kind, sp.Integer(0)) + c
+            total[kind] = total.get(kind, sp.Integer(0)) + c * share
     return total
+
+
+def _causal_share(kernel: Kernel, size: Any) -> tuple[Any, Any, sp.Expr] | None:
+    """``(q, x, share)`` for a kernel streaming a causally masked key axis ``x`` against a query
+    axis ``q``: the generated streamed kernels stop each query row at its diagonal (key ``j <=
+    i + |x| - |q|``), so every op over both axes does ``share`` of its work: ``1 - (Q - 1)/2X``
+    for ``Q <= X`` (about half), ``(X + 1)/2Q`` past it. ``None`` for any other kernel (a
+    pointwise kernel computes every score, then masks)."""
+    if not kernel.streamed:
+        return None
+    alias = kernel.aliases
+    stream = alias.get(kernel.streamed[0], kernel.streamed[0])
+    for n in kernel.ops:
+        if isinstance(n.op, L.CausalMask) and alias.get(n.op.x, n.op.x) == stream:
+            q, x = alias.get(n.op.q, n.op.q), stream
+            big_q, big_x = size(q), size(x)
+            share = sp.Piecewise(
+                (1 - (big_q - 1) / (2 * big_x), big_q <= big_x), ((big_x + 1) / (2 * big_q), True)
+            )
+            return q, x, share
+    return None
 
 
 def _given_tiles(f: KernelFormulas, level: int, levels: int) -> dict[sp.Symbol, sp.Expr]:
