@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ncd import nn
-from ncd_perf.occupancy import occupancy
 from ncd_perf.machine import load_machine
 from ncd_perf.model import cost
+from ncd_perf.occupancy import occupancy
 from ncd_perf.report import table
 
 
