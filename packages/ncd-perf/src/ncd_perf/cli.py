@@ -28,6 +28,12 @@ def configure_perf(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--unfused", action="store_true", help="one kernel per op")
     p.add_argument(
+        "--precision",
+        default="ieee",
+        choices=["ieee", "tf32"],
+        help="tf32: float32 matmuls on the tensor cores' TF32 path",
+    )
+    p.add_argument(
         "--target",
         help="price the plan this backend renders (opencl, cuda); cuda also compiles it and "
         "reports each kernel's occupancy from ptxas's registers and shared memory",
@@ -70,6 +76,7 @@ def run_perf(args: argparse.Namespace) -> int:
         parallel=parse_sizes(args.parallel),
         plan=plan,
         resources=resources,
+        precision=args.precision,
     )
     print(result.machine.describe())
     print()

@@ -165,6 +165,7 @@ def cost(
     parallel: Mapping[str, int] | None = None,
     plan: FusionPlan | None = None,
     resources: Mapping[str, Mapping[str, int]] | None = None,
+    precision: str = "ieee",
 ) -> ModelCost:
     """Price ``model`` on ``machine``.
 
@@ -173,7 +174,16 @@ def cost(
     over devices (``{"heads": 8}`` is tensor parallel attention, ``{"experts": 8}`` expert
     parallel MoE). ``plan``: price that plan (``ncd.plan(model, target=...)``: what a target
     renders); ``resources``: its compiled kernels' ``threads``/``registers``/``shared_bytes`` by
-    kernel name (``Backend.resources``), for each kernel's ``occupancy``."""
+    kernel name (``Backend.resources``), for each kernel's ``occupancy``; ``precision="tf32"``:
+    float32 matmuls run on the tensor cores' TF32 path (the machine's ``tfloat32`` matrix rate,
+    as torch's ``allow_tf32`` and cuBLAS do), ``"ieee"`` (default): full float32."""
+    from ncd.errors import DefinitionError
+
+    if precision not in PRECISIONS:
+        raise DefinitionError(
+            f"ncd_perf.cost(precision={precision!r}): unknown precision. Fix: one of "
+            f"{', '.join(PRECISIONS)}."
+        )
     machine = load_machine(machine)
     graph = _graph(model, bind)
     if plan is None:
@@ -195,7 +205,7 @@ def cost(
             levels,
             collectives(kernel, size, dict(parallel or {}), dtype),
         )
-        _roofline(kc, machine)
+        _roofline(kc, machine, precision)
         used = (resources or {}).get(kernel.name)
         if used:
             kc.occupancy = occupancy(
@@ -329,10 +339,17 @@ def _number(x: sp.Expr) -> float | None:
         return None
 
 
-def _roofline(kc: KernelCost, machine: Machine) -> None:
+#: ``cost(precision=)``: float32 matmuls in full IEEE float32, or on the TF32 tensor-core path
+PRECISIONS = ("ieee", "tf32")
+
+
+def _roofline(kc: KernelCost, machine: Machine, precision: str = "ieee") -> None:
     parts: dict[str, float] = {}
     for kind, n in kc.flops.items():
-        rate, count = machine.rate(kind, kc.dtype), _number(n)
+        fmt = kc.dtype
+        if precision == "tf32" and kind == "matrix" and fmt == "float32":
+            fmt = "tfloat32"
+        rate, count = machine.rate(kind, fmt), _number(n)
         if rate is None or count is None:
             return
         parts[f"{kind} compute"] = count / rate
