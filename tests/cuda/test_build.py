@@ -158,3 +158,15 @@ def test_ncd_cuda_inspect_prints_every_kernel(
     out = capsys.readouterr().out
     assert "CUDA kernels" in out and "sm_80" in out and "regs" in out
     assert [p.suffix for p in tmp_path.iterdir()].count(".cubin") >= 5
+
+
+def test_the_plan_records_the_tensor_core_tiles_it_renders() -> None:
+    mm = ops.einsum("a b, b c -> a c").bind(a=1000, b=768, c=3072).cast(ncd.bfloat16)
+    (k,) = ncd.plan(mm, target="cuda").kernels
+    tiles = sorted((p.axis.name, p.tile, p.level) for p in k.choices)
+    assert tiles == [("a", 32, 1), ("a", 64, 0), ("c", 32, 1), ("c", 64, 0)]
+    b = ncd_cuda.build(mm, arch="sm_90")
+    assert b.kernels[0].style == "mma" and b.plan.kernels[0].choices == k.choices
+    # a 64-bit build renders pointwise: the plan it reports claims no tiles
+    wide = ncd_cuda.build(mm, arch="sm_90", wide=True)
+    assert wide.kernels[0].style == "pointwise" and wide.plan.kernels[0].choices == ()

@@ -17,13 +17,14 @@ from typing import Any
 
 import attrs
 
-from ncd.codegen import CODEGEN_RULES, KernelSource, render_kernel
+from ncd.codegen import CODEGEN_RULES, KernelGen, KernelSource, render_kernel
 from ncd.codegen.program import assemble, choose_layouts
 from ncd.codegen.stream import stream_choices, streamed_template
 from ncd.errors import ScheduleError
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan
 from ncd_cuda.dialect import CUDA, program_preamble
+from ncd_cuda.mma import mma_choices
 
 __all__ = ["Generated", "cuda_plan", "cuda_rules", "generate"]
 
@@ -66,7 +67,9 @@ def cuda_rules() -> dict[type, Any]:
 def cuda_plan(graph: Graph, tiles: Mapping[Any, int] | None = None) -> FusionPlan:
     """The plan ncd-cuda renders, marked ``target="cuda"``: ``ncd.fuse``'s kernels with the
     splits core's ``plan_for`` makes (a plain-sum stream and sibling maps become matmuls, each
-    a tensor-core tile in 16-bit formats), the streamed attention's GPU tiles as choices."""
+    a tensor-core tile in 16-bit formats), the templates' tiles as choices: the streamed
+    attention's (16 keys, 1 row per thread, 128 rows a block) and the tensor-core matmul's
+    (64 x 64 a block at level 0, 32 x 32 a warp at level 1)."""
     from ncd.codegen.plans import plan_for
 
     if tiles:
@@ -76,9 +79,13 @@ def cuda_plan(graph: Graph, tiles: Mapping[Any, int] | None = None) -> FusionPla
             "Fix: drop tiles=, or use target='opencl' to experiment with tiles."
         )
     base = plan_for(graph)
+    layouts, rules = choose_layouts(base), cuda_rules()
     kernels = []
     for k in base.kernels:
-        made = stream_choices(k, STREAM_CHUNK, 1, STREAM_BLOCK) if k.streamed else []
+        if k.streamed:
+            made = stream_choices(k, STREAM_CHUNK, 1, STREAM_BLOCK)
+        else:
+            made = mma_choices(KernelGen(k, CUDA, rules, layouts))
         kernels.append(k.with_choices(made) if made else k)
     return FusionPlan(graph, kernels, base.boundaries, target="cuda")
 
@@ -106,4 +113,17 @@ def generate(graph: Graph, *, plan: FusionPlan | None = None, wide: bool = False
     layouts = choose_layouts(plan)
     rules, tpl = cuda_rules(), templates()
     kernels = [render_kernel(k, CUDA, rules, layouts, tpl, wide) for k in plan.kernels]
-    return Generated(graph, plan, assemble(kernels), layouts)
+    return Generated(graph, _rendered(plan, kernels), assemble(kernels), layouts)
+
+
+def _rendered(plan: FusionPlan, kernels: list[KernelSource]) -> FusionPlan:
+    """The plan as rendered: a kernel whose recorded choices belong to a template that did not
+    render it (a ``wide`` build, say) keeps the planner's partitions only, so the plan never
+    claims tiles the source does not use."""
+    out, changed = [], False
+    for k, src in zip(plan.kernels, kernels, strict=True):
+        want = "streamed" if k.streamed else "mma"
+        if k.choices and src.style != want:
+            k, changed = attrs.evolve(k, choices=()), True
+        out.append(k)
+    return attrs.evolve(plan, kernels=out) if changed else plan

@@ -27,9 +27,11 @@ from typing import Any
 
 from ncd.axis import Axis
 from ncd.codegen import KernelGen, KernelSource
+from ncd.codegen.plans import spread_tile
+from ncd.kernel import Partition
 from ncd.primitives import library as L
 
-__all__ = ["BK", "BM", "BN", "mma_template"]
+__all__ = ["BK", "BM", "BN", "mma_choices", "mma_template"]
 
 BM, BN, BK = 64, 64, 32  # block tile: rows, columns, contracted elements per chunk
 PAD = 8  # 16-bit elements of padding per shared row (spreads a warp's rows over the banks)
@@ -120,6 +122,25 @@ def _operands(gen: KernelGen) -> tuple[Any, ...] | None:
         if {renames.get(a, a) for a in g.values[v].axes} != full:
             return None
     return node, a_buf, m_axes, b_buf, n_axes, k_axes, bias
+
+
+WARP_TILE = 32  # rows and columns of C per warp (2 x 4 mma tiles of 16 x 8)
+
+
+def mma_choices(gen: KernelGen) -> list[Partition]:
+    """The tiles ``mma_template`` renders the kernel with, as plan choices: a block's 64 x 64
+    tile of C at level 0 and a warp's 32 x 32 at level 1 (the register tile whose operands one
+    warp loads from shared memory), over the flattened row and column axes; ``[]`` for a
+    kernel the template does not render."""
+    found = _operands(gen)
+    if found is None:
+        return []
+    _, _, m_axes, _, n_axes, _, _ = found
+    g = gen.graph
+    out: list[Partition] = []
+    for axes, block in ((m_axes, BM), (n_axes, BN)):
+        out += spread_tile(g, axes, block, 0) + spread_tile(g, axes, WARP_TILE, 1)
+    return out
 
 
 def _known(gen: KernelGen, a: Axis) -> int:

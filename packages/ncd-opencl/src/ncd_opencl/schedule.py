@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ncd.axis import Axis
+from ncd.codegen.plans import spread_tile
 from ncd.errors import ScheduleError
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan, Kernel, Partition
@@ -147,37 +148,22 @@ def _matmul_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[
     g = k.graph
     out: list[Partition] = []
     for axes, per_item, per_group in ((m_axes, RM, RM * WG_M), (n_axes, RN, RN * WG_N)):
-        out += _spread(g, axes, per_group, 0) + _spread(g, axes, per_item, 1)
+        out += spread_tile(g, axes, per_group, 0) + spread_tile(g, axes, per_item, 1)
     return out
-
-
-def _spread(g: Graph, axes: Sequence[Axis], flat: int, level: int) -> list[Partition]:
-    """A tile of ``flat`` consecutive indices of ``axes`` flattened row-major, as one tile per
-    axis (inner axes first; a tile past the axes' product stays as the outermost's tile, the
-    template masks the tail)."""
-    out = []
-    rest = flat
-    for n, a in enumerate(reversed(axes)):
-        size = _size(g, a)
-        last = n == len(axes) - 1
-        t = rest if last else min(rest, size)
-        out.append(Partition(a, "group", t, level))
-        rest = -(-rest // size) if t == size else 1
-    return out[::-1]
 
 
 def flat_tile(
     kernel: Kernel, axes: Sequence[Axis], level: int, default: int | None = None
 ) -> int | None:
     """The chosen tile of ``axes`` flattened row-major at ``level`` (``None``: none chosen;
-    ``default`` when the choices are ``default`` spread by ``_spread``, which a run that is no
+    ``default`` when the choices are ``default`` spread by ``spread_tile``, which a run that is no
     product of per-axis tiles, 16 indices of (1, 7), only approximates); ``ScheduleError``
     when the per-axis tiles are no run of consecutive flat indices."""
     g = kernel.graph
     tiles = [kernel.chosen(a, level) for a in axes]
     if all(t is None for t in tiles):
         return None
-    if default is not None and [p.tile for p in _spread(g, axes, default, level)] == tiles:
+    if default is not None and [p.tile for p in spread_tile(g, axes, default, level)] == tiles:
         return default
     got = [t or _size(g, a) for t, a in zip(tiles, axes, strict=True)]
     for i, (t, a) in enumerate(zip(got, axes, strict=True)):

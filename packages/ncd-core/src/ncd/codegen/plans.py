@@ -10,13 +10,16 @@ views, epilogues (bias, activation, residual add) of contractions and normaliser
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ncd.axis import Axis
 from ncd.codegen.program import choose_layouts
+from ncd.errors import ScheduleError
 from ncd.graph import Graph, Node
 from ncd.kernel import FusionPlan, Kernel, Partition, kernel_io, unfused
 from ncd.primitives import library as L
 
-__all__ = ["choose_layouts", "local_plan", "plan_for"]
+__all__ = ["choose_layouts", "local_plan", "plan_for", "spread_tile"]
 
 HEAVY = frozenset({"contraction", "reduction", "normaliser", "other"})
 STREAMABLE = (L.Softmax, L.L2Norm)
@@ -184,3 +187,21 @@ def split_siblings(plan: FusionPlan) -> FusionPlan:
             parts = [p for p in k.partitions if p.axis in Kernel(g, nodes, ins, outs).axes()]
             out.append(Kernel(g, nodes, ins, outs, parts, f"{k.name}_{g.nodes[r].op.kind}{r}"))
     return FusionPlan(g, out, plan.boundaries)
+
+
+def spread_tile(g: Graph, axes: Sequence[Axis], flat: int, level: int) -> list[Partition]:
+    """A tile of ``flat`` consecutive indices of ``axes`` flattened row-major, as one group
+    partition per axis at ``level`` (inner axes first; a tile past the axes' product stays as
+    the outermost's tile, the template masks the tail): how a target records a template's
+    tile over a flattened run of axes (a matmul's rows or columns) as choices."""
+    out = []
+    rest = flat
+    for n, a in enumerate(reversed(axes)):
+        size = g.size(a)
+        if size is None:
+            raise ScheduleError(f"axis {a.describe()} has no size; bind it before planning tiles")
+        last = n == len(axes) - 1
+        t = rest if last else min(rest, size)
+        out.append(Partition(a, "group", t, level))
+        rest = -(-rest // size) if t == size else 1
+    return out[::-1]
