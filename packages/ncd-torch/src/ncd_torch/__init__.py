@@ -11,7 +11,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["TORCH_RULES", "TorchImportError", "from_torch", "state_dict", "to_module", "torch_rule"]
+__all__ = [
+    "TORCH_RULES",
+    "Imported",
+    "TorchImportError",
+    "from_torch",
+    "state_dict",
+    "supported_ops",
+    "to_module",
+    "torch_rule",
+]
 
 _WHERE = {
     "to_module": "ncd_torch._export",
@@ -19,6 +28,8 @@ _WHERE = {
     "torch_rule": "ncd_torch._rules",
     "state_dict": "ncd_torch._backend",
     "from_torch": "ncd_torch._import",
+    "Imported": "ncd_torch._import",
+    "supported_ops": "ncd_torch._import_errors",
     "TorchImportError": "ncd_torch._import_rules",
 }
 

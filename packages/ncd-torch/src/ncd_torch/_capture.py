@@ -19,10 +19,12 @@ import numpy as np
 
 from ncd import ops
 from ncd.axis import Axis
+from ncd.errors import NcdError
 from ncd.op import Op
 from ncd_torch._capture_views import ViewsMixin
 from ncd_torch._import_axes import AxisTable
-from ncd_torch._import_rules import IMPORT_RULES, TorchImportError
+from ncd_torch._import_errors import Problem, Site, report, site_of
+from ncd_torch._import_rules import IMPORT_RULES, Refusal, TorchImportError
 
 __all__ = ["Capture", "Record", "Scope"]
 
@@ -51,21 +53,32 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.split(".")[-1]).lower()
 
 
+#: modules outside torch that import like torch.nn leaves (their ops take the module's name)
+LEAF_MODULES = ("transformers.pytorch_utils.Conv1D",)
+
+
 def _builtin(cls: Any) -> bool:
     text = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
-    return text.startswith("torch.")
+    return text.startswith("torch.") or text in LEAF_MODULES
 
 
 def _class_name(cls: Any) -> str:
     return cls.rsplit(".", 1)[-1] if isinstance(cls, str) else cls.__qualname__
 
 
+NameSet = set[str]  # (``Capture.set`` shadows the builtin inside the class)
+
+#: ops whose support depends on what produced their operand (a split of an nn.Linear's output)
+_CONTEXT = ("aten.split", "aten.split_with_sizes")
+
+
 class Capture(ViewsMixin):
     """Reads an exported program node by node (the rules call back into it)."""
 
-    def __init__(self, program: Any) -> None:
+    def __init__(self, program: Any, root: str = "") -> None:
         sig = program.graph_signature
         self.program = program
+        self.root = root or "the module"
         self.param_of = dict(sig.inputs_to_parameters)
         # buffers and lifted constants: only 0-d ones are importable (as ncd constants)
         self.const_of = {**sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
@@ -83,6 +96,10 @@ class Capture(ViewsMixin):
         # fx node name -> tensor computed from buffers and constants alone (a causal mask made
         # from a registered tril buffer); rules read these values, nothing is recorded for them
         self.folded: dict[str, Any] = {}
+        self.static = self._static_nodes()
+        self.problems: list[Problem] = []
+        self.poisoned: NameSet = set()  # nodes not imported (noted, or reading such a node)
+        self._interp: Any = None
 
     # -- reading nodes -----------------------------------------------------------------------------
     @staticmethod
@@ -116,27 +133,20 @@ class Capture(ViewsMixin):
     def module_stack(self, node: Any) -> list[tuple[str, Any]]:
         return list((node.meta.get("nn_module_stack") or {}).values())
 
-    def where(self, node: Any) -> str:
-        stack = self.module_stack(node)
-        module = f"{stack[-1][0] or '(root)'} ({_class_name(stack[-1][1])})" if stack else "(root)"
-        frames = re.findall(
-            r'File "([^"]+)", line (\d+), in \w+\n\s*(.*)', node.meta.get("stack_trace") or ""
+    def site(self, node: Any) -> Site:
+        """Module path, class and source line of ``node``."""
+        return site_of(
+            self.module_stack(node), node.meta.get("stack_trace") or "", self.root, _TORCH_DIR
         )
-        user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
-        site = (
-            f", {os.path.basename(user[-1][0])}:{user[-1][1]}: {user[-1][2].strip()}"
-            if user
-            else ""
-        )
-        return f"module {module}{site}"
 
-    def unsupported(self, node: Any, what: str = "") -> TorchImportError:
-        op = f"{node.target}" + (f" with {what}" if what else "")
-        return TorchImportError(
-            f"from_torch cannot import {op} (fx node {node.name!r}) at {self.where(node)}. "
-            f"Supported: {', '.join(sorted(IMPORT_RULES))}. Fix: rewrite that part with the "
-            "supported ops, or build it with ncd.ops."
-        )
+    def unsupported(self, node: Any, what: str = "") -> Refusal:
+        """The refusal of ``node`` (or of the form ``what`` of it); the walk notes it, goes on."""
+        return Refusal(node, what)
+
+    def _note(self, node: Any, detail: str) -> None:
+        op = self.aten(node) if node.op == "call_function" else f"{node.op} {node.target}"
+        self.problems.append(Problem(op, node.name, self.site(node), detail))
+        self.poisoned.add(node.name)
 
     def leaf(self, node: Any) -> str:
         """The op's name: its torch.nn module's path relative to the enclosing user module."""
@@ -195,19 +205,41 @@ class Capture(ViewsMixin):
         return str(arg.name)
 
     def _constant(self, arg: Any) -> None:
+        """A buffer, constant or value evaluated at import used as an operand: a 0-d tensor, or
+        a uniform one that only broadcasts against activations, is an ncd ``Constant``."""
+        import torch
+
         fqn = self.const_of.get(arg.name, arg.name)
         user = next(iter(arg.users))
         tensor = self.folded[arg.name] if arg.name in self.folded else self._stored(arg.name)
-        if tensor is None or tensor.dim() != 0:
+        if not isinstance(tensor, torch.Tensor):
+            raise self.unsupported(user, f"the non-tensor value {fqn!r} as an operand")
+        scalar = tensor.dim() == 0 or (
+            tensor.numel() > 0
+            and bool((tensor == tensor.flatten()[0]).all())
+            and all(self._broadcasts_away(u, arg) for u in arg.users)
+        )
+        if not scalar:
             raise self.unsupported(
                 user,
-                f"the buffer or constant tensor {fqn!r} as an operand "
-                "(only 0-d constants, parameters and causal masks are "
-                "imported)",
+                f"the buffer or constant tensor {fqn!r} of shape {list(tensor.shape)} as an "
+                "operand (0-d and uniform constants, causal masks and position ids import)",
             )
-        out = self._record(user, ops.Constant(float(tensor.item())), [], {})
+        out = self._record(user, ops.Constant(float(tensor.flatten()[0].item())), [], {})
         self.dims[arg.name] = []
         self.ref[arg.name] = out
+
+    def _broadcasts_away(self, user: Any, arg: Any) -> bool:
+        """``user`` is elementwise arithmetic whose result has the shape of its other operand,
+        so a uniform ``arg`` acts as a scalar."""
+        from ncd_torch._import_rules import ARITH
+
+        others = [a for a in user.args[:2] if a is not arg and self.is_tensor(a)]
+        return (
+            self.aten(user) in ARITH
+            and len(others) == 1
+            and self.shape(others[0]) == self.shape(user)
+        )
 
     def param(self, arg: Any) -> np.ndarray:
         if arg is None or getattr(arg, "name", None) not in self.param_of:
@@ -278,48 +310,95 @@ class Capture(ViewsMixin):
 
     # -- the walk ----------------------------------------------------------------------------------
     def run(self) -> None:
+        """Walk every node; raise one ``TorchImportError`` listing all problems, if any."""
+        import operator
+
         for node in self.program.graph.nodes:
             if node.op == "placeholder":
                 if node.name in self.user_inputs:
                     self._input(node)
             elif node.name in self.done:  # consumed by an earlier rule (a folded split)
                 continue
-            elif node.op == "call_function":
-                if self._fold(node):
-                    continue
-                rule = IMPORT_RULES.get(self.aten(node))
-                if rule is None:
-                    if "assert" in self.aten(node) or "_assert" in str(node.target):
-                        continue
-                    raise self.unsupported(node)
-                rule(self, node)
+            elif node.name in self.static:
+                self._evaluate(node)
             elif node.op == "output":
-                self.outputs = [self.plain(a) for a in node.args[0]]
-            elif node.op != "get_attr":
-                raise self.unsupported(node)
+                if not self.problems:
+                    self._outputs(node)
+            elif node.op != "call_function":
+                self._note(node, "")
+            else:
+                self._call(node, operator.getitem)
+        if self.problems:
+            raise TorchImportError(report(self.root, self.problems), self.problems)
 
-    def _fold(self, node: Any) -> bool:
-        """Evaluate ``node`` with torch when its tensor operands are all buffers, constants or
-        folded values; its result becomes a known tensor (``self.folded``)."""
+    def _call(self, node: Any, getitem: Any) -> None:
+        name = self.aten(node)
+        if "assert" in name:
+            return
+        rule = IMPORT_RULES.get(name)
+        bad = any(a.name in self.poisoned for a in node.all_input_nodes)
+        if rule is None:
+            if bad and (node.target is getitem or name in _CONTEXT):  # follows a noted op
+                self.poisoned.add(node.name)
+            else:
+                self._note(node, "")
+            return
+        if bad:
+            self.poisoned.add(node.name)
+            return
+        try:
+            rule(self, node)
+        except Refusal as e:
+            self._note(e.node, e.detail)
+            self.poisoned.add(node.name)
+        except NcdError as e:
+            self._note(node, str(e))
+
+    def _outputs(self, node: Any) -> None:
+        outs = []
+        for a in node.args[0]:
+            if not self.is_tensor(a):
+                self._note(node, f"an output that is not a tensor ({type(a).__name__})")
+                continue
+            if a.name in self.folded:
+                self._note(node, "an output computed from constants alone")
+                continue
+            outs.append(self.plain(a))
+        self.outputs = outs
+
+    @staticmethod
+    def _random(node: Any) -> bool:
+        name = str(getattr(node.target, "__name__", node.target))
+        return any(w in name for w in ("rand", "bernoulli", "normal", "uniform", "multinomial"))
+
+    def _static_nodes(self) -> NameSet:
+        """Nodes that depend only on shapes, constants and buffers (evaluated at import)."""
+        static = set(self.const_of)
+        for node in self.program.graph.nodes:
+            if node.op == "get_attr" or (
+                node.op == "call_function"
+                and not self._random(node)
+                and all(a.name in static for a in node.all_input_nodes)
+            ):
+                static.add(node.name)
+        return static
+
+    def _evaluate(self, node: Any) -> None:
+        """Run ``node`` with torch now: its value becomes a known tensor (``self.folded``)."""
         import torch
-        from torch.utils._pytree import tree_flatten, tree_map
 
-        operands = [
-            a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, torch.fx.Node)
-        ]
-        if not operands or not all(
-            a.name in self.folded or a.name in self.const_of for a in operands
-        ):
-            return False
-
-        def value(a: Any) -> Any:
-            if not isinstance(a, torch.fx.Node):
-                return a
-            return self.folded[a.name] if a.name in self.folded else self._stored(a.name)
-
-        args, kwargs = tree_map(value, (node.args, node.kwargs))
-        self.folded[node.name] = node.target(*args, **kwargs)
-        return True
+        if self._interp is None:
+            self._interp = torch.fx.Interpreter(self.program.graph_module)
+        env = self._interp.env
+        for a in node.all_input_nodes:
+            if a not in env:
+                env[a] = self._stored(a.name)
+        try:
+            env[node] = self._interp.run_node(node)
+        except Exception as e:  # a shape-only op torch itself cannot run on these values
+            self._note(node, f"evaluating it at import failed: {type(e).__name__}: {e}")
+            return
+        self.folded[node.name] = env[node]
 
     def _stored(self, name: str) -> Any:
         fqn = self.const_of[name]

@@ -113,6 +113,20 @@ class ViewsMixin:
     def feeds_activation(self, node: Any) -> bool:
         return self.users_are(node, (*ACTIVATIONS, "aten.gelu"))
 
+    def flattens_into_addmm(self, node: Any) -> bool:
+        """``node`` is ``x.view(-1, d)`` read only by an ``addmm`` (HF's ``Conv1D``) whose
+        only user views the result back to ``x``'s leading dims."""
+        if self.aten(node) not in VIEWS or not node.args or not hasattr(node.args[0], "meta"):
+            return False
+        shape, src = self.shape(node), self.shape(node.args[0])
+        if len(src) <= 2 or len(shape) != 2 or shape[-1] != src[-1] or len(node.users) != 1:
+            return False
+        mm = next(iter(node.users))
+        if self.aten(mm) != "aten.addmm" or mm.args[1] is not node or len(mm.users) != 1:
+            return False
+        back = next(iter(mm.users))
+        return self.aten(back) in VIEWS and self.shape(back) == (*src[:-1], self.shape(mm)[-1])
+
     def split_by_view(self, node: Any, features: int) -> tuple[int, int] | None:
         if len(node.users) != 1 or not self.users_are(node, VIEWS):
             return None
@@ -141,8 +155,13 @@ class ViewsMixin:
             len(dims) >= 2
             and len(shape) == len(dims) - 1
             and shape[:-1] == sizes[:-2]
-            and self.users_are(node, ("aten.linear",))
-            and all(u.args[0] is node for u in node.users)
+            and (
+                (
+                    self.users_are(node, ("aten.linear",))
+                    and all(u.args[0] is node for u in node.users)
+                )
+                or (bool(node.users) and all(self.flattens_into_addmm(u) for u in node.users))
+            )
         ):
             self.alias(node, src, [*dims[:-2], (dims[-2], dims[-1])])  # folds into nn.Linear
             return

@@ -90,7 +90,7 @@ def from_torch(module: Any, example_inputs: Sequence[Any]) -> Imported:
     ``ncd.run(model, *inputs, params=params)`` equals ``module(*inputs)``.
     """
     program = _capture(module, tuple(example_inputs))
-    c = Capture(program)
+    c = Capture(program, type(module).__name__)
     c.run()
     c.axes.finish()
     later: dict[str, int] = {}

@@ -7,7 +7,7 @@ indexed by axis, so only the bookkeeping of dim order changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,11 +18,29 @@ from ncd.errors import NcdError
 if TYPE_CHECKING:
     from ncd_torch._import import Capture
 
-__all__ = ["IMPORT_RULES", "TorchImportError", "import_rule"]
+__all__ = ["IMPORT_RULES", "Refusal", "TorchImportError", "import_rule"]
 
 
 class TorchImportError(NcdError, ValueError):
-    """A PyTorch module uses an op (or a form of one) that ``from_torch`` cannot express."""
+    """A PyTorch module uses an op (or a form of one) that ``from_torch`` cannot express.
+
+    ``problems`` lists every unsupported op of the model (``_import_errors.Problem``: ATen op,
+    fx node, module path, class and source line, the refused form) when the walk found some.
+    """
+
+    def __init__(self, message: str, problems: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.problems = tuple(problems)
+
+
+class Refusal(TorchImportError):
+    """A rule refuses the form of one node (``Capture.unsupported``); the walk notes it and
+    goes on, so the final error lists every problem."""
+
+    def __init__(self, node: Any, detail: str) -> None:
+        super().__init__(f"{node.target} ({detail})" if detail else str(node.target))
+        self.node = node
+        self.detail = detail
 
 
 Rule = Callable[["Capture", Any], None]
@@ -81,6 +99,15 @@ def _gelu(c: Capture, node: Any) -> None:
     c.set(node, c.dims[x])
 
 
+@import_rule("aten.to", "aten._to_copy", "aten.type_as")
+def _cast(c: Capture, node: Any) -> None:
+    """A cast to the format the value already has vanishes (HF's ``.to(float32)``)."""
+    src = node.args[0]
+    if c.dtype(node) != c.dtype(src):
+        raise c.unsupported(node, f"a cast from {c.dtype(src)} to {c.dtype(node)}")
+    c.alias(node, src)
+
+
 @import_rule(*ALIASES)
 def _alias(c: Capture, node: Any) -> None:
     c.alias(node, node.args[0])
@@ -100,6 +127,8 @@ def _arith(c: Capture, node: Any) -> None:
     if node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("rounding_mode") is not None:
         raise c.unsupported(node, "alpha or rounding_mode")
     reverse = c.aten(node) == "aten.rsub"
+    if fn == "add" and _additive_mask(c, node, a, b):
+        return
     if c.is_tensor(a) and c.is_tensor(b):
         x, y = c.plain(a), c.plain(b)
         out = c.broadcast(node, c.dims[x], c.dims[y])
@@ -131,6 +160,9 @@ def _permute(c: Capture, node: Any) -> None:
 
 @import_rule(*VIEWS)
 def _view(c: Capture, node: Any) -> None:
+    if c.flattens_into_addmm(node):  # x.view(-1, d) before a Conv1D: read x as it is
+        c.alias(node, node.args[0])
+        return
     c.reshape(node, node.args[0], tuple(c.shape(node)))
 
 
@@ -198,6 +230,9 @@ def _rms_norm(c: Capture, node: Any) -> None:
 
 @import_rule("aten.embedding")
 def _embedding(c: Capture, node: Any) -> None:
+    if getattr(node.args[1], "name", None) in c.folded:
+        _positions(c, node)
+        return
     weight, ids = node.args[0], c.plain(node.args[1])
     table = c.param(weight)
     vocab = c.axes.new(table.shape[0], "vocab", 3)
@@ -212,6 +247,36 @@ def _embedding(c: Capture, node: Any) -> None:
     c.set(node, [*c.dims[ids], out])
 
 
+def _positions(c: Capture, node: Any) -> None:
+    """An embedding of constant ids ``start, start + 1, ...`` (``torch.arange`` position ids,
+    expanded over the batch or not) is its table's rows read in order: a ``Learned`` table
+    over ``(seq, d_model)``, as ``ncd.nn.gpt``'s ``wpe``."""
+    import torch
+
+    weight, ids = node.args[0], c.folded[node.args[1].name]
+    if not isinstance(ids, torch.Tensor) or ids.dim() == 0 or ids.is_floating_point():
+        raise c.unsupported(node, "constant ids that are not a tensor of positions")
+    rows = ids.reshape(-1, ids.shape[-1])
+    n = int(ids.shape[-1])
+    start = int(rows[0, 0]) if n else 0
+    if not bool((rows == torch.arange(start, start + n, dtype=rows.dtype)).all()):
+        raise c.unsupported(
+            node, "constant ids that are not consecutive positions (only torch.arange ids)"
+        )
+    table = c.param(weight)
+    (fqn,) = c.take_pending()
+    if start + n > table.shape[0]:
+        raise c.unsupported(node, f"positions {start}..{start + n - 1} beyond the table")
+    whole = start == 0 and n == table.shape[0]
+    seq = c.axes.new(n, "seq", 1)
+    width = c.axes.new(table.shape[1], "d_model", 2)
+    op = L.Learned((c.axis(seq), c.axis(width)), name=c.leaf(node) or "positions")
+    name = fqn if whole else f"{fqn}[{start}:{start + n}]"
+    c.op(node, op, [], {"weight": table[start : start + n]}, names=[name])
+    # leading size-1 or batch dims of the ids are dropped: the table broadcasts over them
+    c.set(node, [seq, width], recorded=True)
+
+
 @import_rule("aten.linear")
 def _linear(c: Capture, node: Any) -> None:
     x = c.key(node.args[0])
@@ -219,15 +284,48 @@ def _linear(c: Capture, node: Any) -> None:
     has_bias = len(node.args) > 2 and node.args[2] is not None
     bias = c.param(node.args[2]) if has_bias else None
     names = c.take_pending()
+    _affine(c, node, node, x, weight, bias, names)
+
+
+@import_rule("aten.addmm")
+def _addmm(c: Capture, node: Any) -> None:
+    """``addmm(bias, x, weight)`` with a weight stored ``(in, out)`` (HF GPT-2's ``Conv1D``) is a
+    Linear; the flatten to 2-d before it and the view back after it vanish."""
+    bias, x, weight = node.args[:3]
+    if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+        raise c.unsupported(node, "beta or alpha")
+    if not all(getattr(a, "name", None) in c.param_of for a in (bias, weight)):
+        raise c.unsupported(node, "operands other than (bias, input, weight) parameters")
+    key = c.key(x)
+    w = np.ascontiguousarray(c.param(weight).T)
+    b = c.param(bias)
+    wname, bname = c.take_pending()
+    out = node
+    if len(c.dims[key]) > 2:  # the flatten was skipped: the result is the view back
+        out = next(iter(node.users))
+        c.done.add(out.name)
+    _affine(c, node, out, key, w, b, [f"{wname}.T", bname])
+
+
+def _affine(
+    c: Capture,
+    node: Any,
+    result: Any,
+    x: str,
+    weight: np.ndarray,
+    bias: np.ndarray | None,
+    names: list[str],
+) -> None:
+    """One Linear of ``node`` reading ``x``, whose result is the node ``result``."""
     *lead, last = c.dims[x]
     ins = last if isinstance(last, tuple) else (last,)
     if len(ins) == 1:  # the width a Linear reads is the model width, unless named better
         c.axes.hint(ins[0], "d_model", 0.5)
     w = weight.reshape(weight.shape[0], *(c.axes.size[v] for v in ins))
     name = c.leaf(node) or "linear"
-    chunks = _split_users(c, node)
+    chunks = _split_users(c, result)
     if chunks is None:
-        _one_linear(c, node, node, x, lead, ins, w, bias, name, names)
+        _one_linear(c, node, result, x, lead, ins, w, bias, name, names)
         return
     # nn.Linear(d, 3 * d) then .split(d, dim=-1) (GPT-2's c_attn): one Linear per chunk
     start = 0
@@ -290,9 +388,12 @@ def _one_linear(
         bias = None if bias is None else bias.reshape(split)
     else:
         hint = "d_ff" if c.feeds_activation(out) else (name.split(".")[-1] or "features")
+        priority = 2 if hint == "d_ff" else 0.4
         if hint != "d_ff" and features in c.axes.sizes_named("vocab"):
-            hint = "vocab"  # an unembedding back to the embedding's vocabulary
-        outs = (c.axes.new(features, hint, 2 if hint in ("d_ff", "vocab") else 0.4),)
+            hint, priority = "vocab", 2  # an unembedding back to the embedding's vocabulary
+        elif hint != "d_ff" and features > int(np.prod(w.shape[1:])):
+            hint, priority = "d_ff", 0.6  # a widening Linear (an MLP's, activation written out)
+        outs = (c.axes.new(features, hint, priority),)
     params = {"weight": w} if bias is None else {"weight": w, "bias": bias}
     op = L.Linear(
         tuple(c.axis(v) for v in ins), tuple(c.axis(v) for v in outs), bias is not None, name=name
@@ -362,8 +463,25 @@ def _sdpa(c: Capture, node: Any) -> None:
     q, k, v = (c.plain(a) for a in node.args[:3])
     args = dict(zip(("attn_mask", "dropout_p", "is_causal", "scale"), node.args[3:], strict=False))
     args.update(node.kwargs)
-    if args.get("attn_mask") is not None or args.get("dropout_p", 0.0) or args.get("enable_gqa"):
-        raise c.unsupported(node, "attn_mask, dropout_p or enable_gqa (only is_causal and scale)")
+    if args.get("dropout_p", 0.0) or args.get("enable_gqa"):
+        raise c.unsupported(node, "dropout_p or enable_gqa (only is_causal, scale, causal masks)")
+    causal = bool(args.get("is_causal", False))
+    mask = args.get("attn_mask")
+    if mask is not None:
+        if getattr(mask, "name", None) not in c.folded:
+            raise c.unsupported(
+                node, "an attn_mask computed from the inputs (only constant causal masks)"
+            )
+        import torch
+
+        qs, ks = c.shape(node.args[0]), c.shape(node.args[1])
+        shape = (*torch.broadcast_shapes(qs[:-2], ks[:-2]), qs[-2], ks[-2])
+        tensor = c.folded[mask.name]
+        hidden = ~tensor.to(torch.bool) if tensor.dtype == torch.bool else _hidden(tensor)
+        kind = _mask_kind(hidden, shape)
+        if kind is None:
+            raise c.unsupported(node, "an attn_mask that is not causal (only causal masks)")
+        causal = causal or kind == "causal"
     (*bq, lq, e), (*bk, sk, ek), (*bv, sv, ev) = c.dims[q], c.dims[k], c.dims[v]
     batch = c.broadcast(node, c.broadcast(node, bq, bk), bv)
     c.axes.union(e, ek)
@@ -377,8 +495,7 @@ def _sdpa(c: Capture, node: Any) -> None:
         keys = c.axes.new(c.axes.size[sk], "seq_k", 3)
         k, v = c.rename(node, k, sk, keys), c.rename(node, v, sk, keys)
         sk = keys
-    causal = bool(args.get("is_causal", False))
-    if causal and c.axes.size[lq] != c.axes.size[sk]:
+    if args.get("is_causal") and c.axes.size[lq] != c.axes.size[sk]:
         raise c.unsupported(node, "is_causal with query and key lengths that differ")
     Q, X, D, V = (c.axis(a) for a in (lq, sk, e, ev))
     with c.scope(node, "attention"):
@@ -407,19 +524,101 @@ def _masked_fill(c: Capture, node: Any) -> None:
             "a mask computed from the inputs (only constant causal masks "
             "made from buffers are imported)",
         )
+    _fill_causal(c, node, x, c.folded[mask.name].to(torch.bool), fill)
+
+
+@import_rule("aten.where")
+def _where(c: Capture, node: Any) -> None:
+    """``torch.where(causal, scores, -inf or finfo.min)`` (HF GPT-2's eager attention) with a
+    constant condition -> ``CausalMask``."""
+    import torch
+
+    cond, a, b = node.args[:3]
+    if getattr(cond, "name", None) not in c.folded:
+        raise c.unsupported(node, "a condition computed from the inputs (only constant masks)")
+    keep = c.folded[cond.name].to(torch.bool)
+    if c.is_tensor(a) and a.name not in c.folded:
+        _fill_causal(c, node, a, ~keep, b)
+    elif c.is_tensor(b) and b.name not in c.folded:
+        _fill_causal(c, node, b, keep, a)
+    else:
+        raise c.unsupported(node, "a select between two activations")
+
+
+def _fill_causal(c: Capture, node: Any, x: Any, hidden: Any, fill: Any) -> None:
+    """``x`` with the scores ``hidden`` marks (True: masked) set to ``fill`` -> ``CausalMask``
+    when ``hidden`` is causal and ``fill`` is -inf (or below -1e30) or 0."""
+    import torch
+
+    if getattr(fill, "name", None) in c.folded:
+        value = c.folded[fill.name]
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            fill = float(value.item())
     names = {float("-inf"): "-inf", 0.0: "0"}
+    if not isinstance(fill, torch.fx.Node) and float(fill) <= -1e30:
+        fill = float("-inf")  # HF's finfo.min: the same after softmax
     if isinstance(fill, torch.fx.Node) or float(fill) not in names:
-        raise c.unsupported(node, f"fill value {fill!r} (only -inf and 0)")
+        raise c.unsupported(node, f"fill value {fill!r} (only -inf, 0 or below -1e30)")
+    shape = c.shape(node)
+    if c.shape(x) != shape:
+        raise c.unsupported(node, "a mask that broadcasts the scores to a larger shape")
+    if _mask_kind(hidden, shape) != "causal":
+        raise c.unsupported(node, "a constant mask that is not causal over the last two dims")
     key = c.plain(x)
     *batch, lq, sk = c.dims[key]
-    shape = c.shape(node)
-    nq, nx = shape[-2:]
-    try:
-        m = c.folded[mask.name].to(torch.bool).broadcast_to(shape)
-    except RuntimeError:
-        raise c.unsupported(node, "a mask that does not broadcast to the scores") from None
-    causal = torch.ones(nq, nx, dtype=torch.bool).triu(nx - nq + 1)  # True: key after query
-    if not bool((m == causal).all()):
-        raise c.unsupported(node, "a constant mask that is not causal over the last two dims")
     c.op(node, L.CausalMask(c.axis(lq), c.axis(sk), fill=names[float(fill)]), [key])
     c.set(node, [*batch, lq, sk])
+
+
+def _hidden(mask: Any) -> Any:
+    """Where an additive float mask hides a score (``-inf`` or a huge negative such as HF's
+    ``finfo.min``); ``None`` when it holds other values than those and 0."""
+    import torch
+
+    if not isinstance(mask, torch.Tensor) or not mask.is_floating_point():
+        return None
+    hidden = mask <= -1e30
+    if not bool((hidden | (mask == 0)).all()):
+        return None
+    return hidden
+
+
+def _mask_kind(hidden: Any, shape: tuple[int, ...]) -> str | None:
+    """``"causal"`` when ``hidden`` (True: masked) hides exactly the keys after each query
+    (aligned at the end, as ``CausalMask``) over the last two dims of ``shape``, ``"none"`` when
+    it hides nothing, else ``None``."""
+    import torch
+
+    if hidden is None or len(shape) < 2:
+        return None
+    try:
+        m = hidden.broadcast_to(shape)
+    except RuntimeError:
+        return None
+    nq, nx = shape[-2:]
+    causal = torch.ones(nq, nx, dtype=torch.bool).triu(nx - nq + 1)  # True: key after query
+    if bool((m == causal).all()):
+        return "causal"
+    return "none" if not bool(m.any()) else None
+
+
+def _additive_mask(c: Capture, node: Any, a: Any, b: Any) -> bool:
+    """``scores + mask`` with a constant additive mask (0 or very negative, as HF's eager
+    attention adds) -> ``CausalMask``; a mask of zeros vanishes. ``False``: not such an add."""
+    folded = [x for x in (a, b) if getattr(x, "name", None) in c.folded]
+    if len(folded) != 1 or not all(c.is_tensor(x) for x in (a, b)) or len(c.shape(node)) < 2:
+        return False
+    scores = b if folded[0] is a else a
+    if c.shape(scores) != c.shape(node):
+        return False
+    kind = _mask_kind(_hidden(c.folded[folded[0].name]), c.shape(node))
+    if kind is None:
+        return False
+    key = c.plain(scores)
+    if kind == "none":
+        c.alias(node, key)
+        return True
+    *batch, lq, sk = c.dims[key]
+    c.op(node, L.CausalMask(c.axis(lq), c.axis(sk)), [key])
+    c.set(node, [*batch, lq, sk])
+    return True

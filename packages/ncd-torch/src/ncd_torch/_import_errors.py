@@ -1,0 +1,167 @@
+"""The one error ``from_torch`` raises for a model it cannot import: every unsupported op of the
+model at once, grouped by the module it came from, with advice specific to each op.
+
+``Capture`` walks the whole graph before raising: an op without a rule, or a rule that refuses
+the form it meets, is noted as a ``Problem`` and its result is poisoned (ops reading only
+poisoned values are skipped, ops without a rule are still noted), so a conv net lists every
+convolution, pooling and batch norm in one message instead of stopping at the first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+import attrs
+
+__all__ = ["ADVICE", "Problem", "Site", "advice", "report", "supported_ops"]
+
+#: ATen op name (or a prefix of it ending in ``*``) -> why it does not import and what to do.
+ADVICE: dict[str, str] = {
+    "aten.conv*": "convolution is not supported yet",
+    "aten.cudnn_convolution*": "convolution is not supported yet",
+    "aten.max_pool*": "pooling is not supported yet",
+    "aten.avg_pool*": "pooling is not supported yet",
+    "aten.adaptive_*": "pooling is not supported yet",
+    "aten.batch_norm": "batch norm is not supported yet (eval-mode BatchNorm folds into the "
+    "layer before it: fold it in PyTorch before importing)",
+    "aten._native_batch_norm_legit*": "batch norm is not supported yet (eval-mode BatchNorm "
+    "folds into the layer before it: fold it in PyTorch before importing)",
+    "aten.group_norm": "group norm is not supported yet",
+    "aten.instance_norm": "instance norm is not supported yet",
+    "aten.lstm": "recurrent layers are not supported yet (ncd has no loop over time)",
+    "aten.gru": "recurrent layers are not supported yet (ncd has no loop over time)",
+    "aten.rnn_*": "recurrent layers are not supported yet (ncd has no loop over time)",
+    "aten.cat": "concatenation along an axis is not supported yet (a core op of issue 12)",
+    "aten.stack": "stacking along a new axis is not supported yet (a core op of issue 12)",
+    "aten.cos": "cos/sin are not supported yet (RoPE needs them: a core op of issue 12)",
+    "aten.sin": "cos/sin are not supported yet (RoPE needs them: a core op of issue 12)",
+    "aten.slice": "slicing an activation is not supported yet (slices of buffers and constants "
+    "are evaluated at import)",
+    "aten.select": "indexing an activation is not supported yet (x[:, -1] and the like)",
+    "aten.index": "indexing an activation is not supported yet (x[:, [-1], :] and the like)",
+    "aten.index_select": "gather/index_select is not supported yet (a core op of issue 12)",
+    "aten.gather": "gather/index_select is not supported yet (a core op of issue 12)",
+    "aten.where": "where on activations is not supported yet (masks of shape-only values are "
+    "evaluated at import)",
+    "aten.cumsum": "cumsum of an activation is not supported (cumsum of shape-only values, such "
+    "as position ids, is evaluated at import)",
+    "aten.expand": "expand of an activation is not supported yet (let broadcasting do it)",
+    "aten.repeat": "repeat of an activation is not supported yet (let broadcasting do it)",
+    "aten.unsqueeze": "unsqueeze of an activation is not supported yet (let broadcasting do it)",
+    "aten.squeeze": "squeeze of an activation is not supported yet",
+    "aten.to": "a cast between formats is not supported yet (only casts to the same format, "
+    "which vanish)",
+    "aten._to_copy": "a cast between formats is not supported yet (only casts to the same "
+    "format, which vanish)",
+    "aten.argmax": "data-dependent selection (argmax, topk, sort) is not supported",
+    "aten.topk": "data-dependent selection (argmax, topk, sort) is not supported",
+    "aten.sort": "data-dependent selection (argmax, topk, sort) is not supported",
+}
+
+_FORMS = "imports only in the forms docs/torch.md lists: rewrite this use, or build it with ncd.ops"
+_DEFAULT = "no ncd op stands for it yet: build that part with ncd.ops, or open an issue"
+
+
+def advice(op: str) -> str:
+    """What to tell the user about ``op`` (an ATen name such as ``aten.conv2d``)."""
+    from ncd_torch._import_rules import IMPORT_RULES
+
+    if op in ADVICE:
+        return ADVICE[op]
+    if op in IMPORT_RULES:
+        return _FORMS
+    for key, text in ADVICE.items():
+        if key.endswith("*") and op.startswith(key[:-1]):
+            return text
+    return _DEFAULT
+
+
+def supported_ops() -> list[str]:
+    """Every ATen op ``from_torch`` imports, sorted (the rule table's keys). Ops whose operands
+    are all shapes, constants and buffers are evaluated at import whatever they are."""
+    from ncd_torch._import_rules import IMPORT_RULES
+
+    return sorted(IMPORT_RULES)
+
+
+@attrs.frozen
+class Site:
+    """Where a captured node came from."""
+
+    path: str  # module path, "" for the root
+    cls: str  # the module's class name
+    line: str  # "file.py:12 `code`" of the user's frame, or ""
+    torch_line: str  # "torch/nn/modules/conv.py:548" for torch's own modules, or ""
+
+
+@attrs.frozen
+class Problem:
+    """One node that could not be imported."""
+
+    op: str  # ATen name
+    node: str  # fx node name
+    site: Site
+    detail: str = ""  # the form that is refused ("keepdim=True"), "" when the op has no rule
+
+
+def site_of(stack: Sequence[tuple[str, object]], trace: str, root: str, torch_dir: str) -> Site:
+    """The ``Site`` of a node from its ``nn_module_stack`` values and ``stack_trace``."""
+    if stack:
+        path, cls = stack[-1]
+        text = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
+        name = text.rsplit(".", 1)[-1]
+    else:
+        path, name = "", root
+    frames = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s*(.*)', trace or "")
+    user = [f for f in frames if not f[0].startswith(torch_dir)]
+    inside = [f for f in frames if f[0].startswith(torch_dir)]
+    line = ""
+    if user:
+        code = user[-1][2].strip()
+        code = code if len(code) <= 48 else code[:45] + "..."
+        line = f"{os.path.basename(user[-1][0])}:{user[-1][1]} `{code}`"
+    torch_line = ""
+    if inside and stack and str(stack[-1][1]).startswith(("torch.", "<class 'torch.")):
+        where = inside[-1][0][len(torch_dir) :].replace(os.sep, "/")
+        torch_line = f"torch/{where}:{inside[-1][1]}"
+    return Site(str(path), name, line, torch_line)
+
+
+_MAX_GROUPS = 10
+_MAX_ADVICE = 6
+
+
+def report(root: str, problems: Sequence[Problem]) -> str:
+    """The message: a header, one line per module (modules of one class with the same problems
+    share a line), then one line of advice per op; under 20 lines whatever the model."""
+    by_module: dict[tuple[str, str], list[Problem]] = {}
+    for p in problems:
+        by_module.setdefault((p.site.path, p.site.cls), []).append(p)
+    rows: dict[tuple[str, str], list[tuple[str, Site]]] = {}
+    for (path, cls), ps in by_module.items():
+        what = "; ".join(dict.fromkeys(f"{p.op} ({p.detail})" if p.detail else p.op for p in ps))
+        rows.setdefault((cls, what), []).append((path or "(root)", ps[0].site))
+    ops = list(dict.fromkeys(p.op for p in problems))
+    lines = [
+        f"from_torch cannot import {root}: {len(ops)} unsupported op(s) in "
+        f"{len(by_module)} module(s) (ncd_torch.supported_ops() lists what imports):"
+    ]
+    for k, ((cls, what), members) in enumerate(rows.items()):
+        if k == _MAX_GROUPS:
+            rest = sum(len(m) for m in list(rows.values())[k:])
+            lines.append(f"  ... and {rest} more module(s)")
+            break
+        paths = ", ".join(p for p, _ in members[:3])
+        if len(members) > 3:
+            paths += f" and {len(members) - 3} more"
+        site = members[0][1]
+        where = ", ".join(x for x in (site.line, site.torch_line) if x)
+        lines.append(f"  {paths} ({cls}){': ' + where if where else ''}: {what}")
+    lines.append("Why, and the fix:")
+    for op in ops[:_MAX_ADVICE]:
+        lines.append(f"  {op}: {advice(op)}")
+    if len(ops) > _MAX_ADVICE:
+        lines.append(f"  ... and {len(ops) - _MAX_ADVICE} more op(s): {_DEFAULT}")
+    return "\n".join(lines)
