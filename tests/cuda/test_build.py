@@ -170,3 +170,35 @@ def test_the_plan_records_the_tensor_core_tiles_it_renders() -> None:
     # a 64-bit build renders pointwise: the plan it reports claims no tiles
     wide = ncd_cuda.build(mm, arch="sm_90", wide=True)
     assert wide.kernels[0].style == "pointwise" and wide.plan.kernels[0].choices == ()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ops.layernorm("d").over("r"),
+        lambda: ops.softmax("d").over("r"),
+        lambda: ops.rmsnorm("d").over("r"),
+        lambda: ops.reduce("max", "d").over("r"),
+    ],
+    ids=["layernorm", "softmax", "rmsnorm", "max"],
+)
+@pytest.mark.parametrize("d", [64, 301, 768])
+def test_long_rows_take_a_warp_each(make: object, d: int) -> None:
+    model = make().bind(r=13, d=d)  # type: ignore[operator]
+    (k,) = ncd_cuda.build(model, arch="sm_80").kernels
+    assert k.style == "lanes" and k.resources.spills == 0
+    assert "__shfl_xor_sync(0xffffffffu" in k.source
+    assert "+= 32)" in k.source and "if (gid >= 416) return;" in k.source  # 13 rows x 32
+    assert "shfl.sync.bfly" in k.ptx
+
+
+def test_a_row_reduction_is_stored_by_one_lane() -> None:
+    (k,) = ncd_cuda.build(ops.reduce("sum", "d").over("r").bind(r=7, d=300), arch="sm_90").kernels
+    assert k.style == "lanes" and "if (lane == 0)" in k.source
+
+
+def test_short_rows_and_contractions_keep_a_thread_per_row() -> None:
+    (k,) = ncd_cuda.build(ops.softmax("d").over("r").bind(r=7, d=13), arch="sm_80").kernels
+    assert k.style == "pointwise"
+    mm = ops.einsum("a b, b c -> a c").bind(a=7, b=300, c=5)
+    assert [k.style for k in ncd_cuda.build(mm, arch="sm_80").kernels] == ["pointwise"]

@@ -82,6 +82,8 @@ CUDA = Dialect(
     reqd_local="__launch_bounds__({n})",
     attr_inline=True,
     vector_width=0,
+    warp_size=32,
+    shuffle_xor="__shfl_xor_sync(0xffffffffu, {value}, {offset})",
     ctypes={
         **C_TYPES,
         "int64": "long long",

@@ -91,9 +91,10 @@ def cuda_plan(graph: Graph, tiles: Mapping[Any, int] | None = None) -> FusionPla
 
 
 def templates() -> list[Any]:
+    from ncd.codegen.lanes import lanes_template
     from ncd_cuda.mma import mma_template
 
-    return [mma_template, streamed_template]
+    return [mma_template, streamed_template, lanes_template]
 
 
 def generate(graph: Graph, *, plan: FusionPlan | None = None, wide: bool = False) -> Generated:
@@ -122,7 +123,7 @@ def _rendered(plan: FusionPlan, kernels: list[KernelSource]) -> FusionPlan:
     claims tiles the source does not use."""
     out, changed = [], False
     for k, src in zip(plan.kernels, kernels, strict=True):
-        want = "streamed" if k.streamed else "mma"
+        want = "streamed" if k.streamed else "mma"  # (lane-mode kernels record no choices)
         if k.choices and src.style != want:
             k, changed = attrs.evolve(k, choices=()), True
         out.append(k)

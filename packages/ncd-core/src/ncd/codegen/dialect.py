@@ -99,6 +99,11 @@ class Dialect:
     attr_inline: bool = False
     #: Lanes of the float vector type used for row kernels (``float8``); 0: no vector types.
     vector_width: int = 0
+    #: Threads of a warp (a SIMT group exchanging registers) and the shuffle reading
+    #: ``{value}`` from the lane whose index is this lane's xor ``{offset}`` (CUDA's
+    #: ``__shfl_xor_sync``); 0 / "": no lane mode (``ncd.codegen.lanes``).
+    warp_size: int = 0
+    shuffle_xor: str = ""
     #: Type for vector loads/stores at any element alignment (a typedef the preamble declares,
     #: so buffers need only element alignment); "" means the aligned vector type itself.
     unaligned_vector: str = ""

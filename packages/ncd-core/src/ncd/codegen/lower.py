@@ -100,6 +100,9 @@ class KernelGen:
         # vector mode (``ncd.codegen.vector``): loops over ``vec`` step by the vector width
         self.vec: Axis | None = None
         self.vec_vars: set[str] = set()
+        # lane mode (``ncd.codegen.lanes``): (axis, lane variable, warp width): loops over
+        # ``axis`` start at the lane and step by the width; sums over it end in a shuffle
+        self.lanes: tuple[Axis, str, int] | None = None
         #: an array of the kernel holds more elements than ``int`` indexes: 64-bit indices
         #: (``wide``: forced, for a run-time-size build serving arrays past 2^31 - 1)
         self.wide = wide or _largest_array(kernel) > INT_MAX
@@ -351,6 +354,15 @@ class KernelGen:
                 go({**env, rest[0]: i}, rest[1:])
 
         go(dict(index), tuple(axes))
+        if self.lanes is not None and tuple(axes) == (self.lanes[0],):
+            # each lane holds a partial result: a butterfly over the warp gives all the total
+            o = self.unique("i_xor", "i")
+            other = self.dialect.shuffle_xor.format(value=acc, offset=o)
+            width = self.lanes[2]
+            self.w.line(
+                f"for (int {o} = {width // 2}; {o} > 0; {o} >>= 1) "
+                + step.format(a=acc, t=other)
+            )
         return acc
 
     def across_lanes(self, vec: str, kind: str, nan: bool = True) -> str:
@@ -384,6 +396,11 @@ class KernelGen:
     def loop(self, axis: Axis, hint: str | None = None) -> Any:
         """``with gen.loop(a) as (block, i):`` -- a for loop over all indices of ``axis``."""
         i = self.unique(f"i_{hint or axis.name}", "i")
+        if self.lanes is not None and axis == self.lanes[0]:
+            _, lane, width = self.lanes
+            return _Loop(
+                self, f"for ({self.itype} {i} = {lane}; {i} < {self.size(axis)}; {i} += {width})", i
+            )
         if axis == self.vec:
             self.vec_vars.add(i)
             step = self.dialect.vector_width
@@ -507,7 +524,7 @@ class KernelGen:
         return a
 
     def open_grid(
-        self, par: list[Axis], block: Mapping[Axis, int] | None = None
+        self, par: list[Axis], block: Mapping[Axis, int] | None = None, lanes: int = 0
     ) -> tuple[dict[Axis, str], Size]:
         """Declare the work-item's indices (the NDRange is flattened to one dimension). An axis
         in ``block`` gives each work-item that many consecutive indices: its index is the first
@@ -515,15 +532,25 @@ class KernelGen:
         block = block or {}
         counts = [ceil_div(self.size(a), block.get(a, 1)) for a in par]
         total: Size = math.prod(counts)
+        rows = total  # the indices the grid's axes take (times ``lanes`` work-items each)
         gid = self.unique("gid")
         self.w.line(f"const {self.itype} {gid} = {self.dialect.gid(0, self.wide)};")
-        self.w.line(f"if ({gid} >= {total}) return;")
+        if lanes:  # a warp per index: ``lanes`` work-items share it (``self.lanes`` names them)
+            assert self.lanes is not None
+            total = total * lanes
+            self.w.line(f"if ({gid} >= {total}) return;")  # whole warps: total is a multiple
+            self.w.line(f"const int {self.lanes[1]} = (int)({gid} % {lanes});")
+            row = self.unique("row")
+            self.w.line(f"const {self.itype} {row} = {gid} / {lanes};")
+            gid = row
+        else:
+            self.w.line(f"if ({gid} >= {total}) return;")
         env: dict[Axis, str] = {}
         step: Size = 1
         for a, n in zip(reversed(par), reversed(counts), strict=True):
             i = self.unique(f"i_{a.name}", "i")
             q = gid if isinstance(step, int) and step == 1 else f"({gid} / {step})"
-            expr = q if step * n == total else f"{q} % {n}"
+            expr = q if step * n == rows else f"{q} % {n}"
             if block.get(a, 1) > 1:
                 expr = f"({expr}) * {block[a]}"
             self.w.line(f"const {self.itype} {i} = {expr};")
@@ -554,6 +581,8 @@ class KernelGen:
         axes = self.graph.values[v].axes
         covered = {self.root(a) for a in axes}
         guards = [f"{env[a]} == 0" for a in par if a not in axes and self.root(a) not in covered]
+        if self.lanes is not None and self.lanes[0] not in axes:
+            guards.append(f"{self.lanes[1]} == 0")  # every lane holds the value: one stores it
         loops = [a for a in axes if a not in env]
         out = self.value_buffer(v, output=True)
 

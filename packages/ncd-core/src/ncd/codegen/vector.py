@@ -16,7 +16,7 @@ from ncd.axis import Axis
 from ncd.codegen.lower import KernelGen, KernelSource
 from ncd.primitives import library as L
 
-__all__ = ["VECTOR_OPS", "vector_template"]
+__all__ = ["VECTOR_OPS", "reduced_axes", "vector_template"]
 
 #: op classes whose rules produce valid code on vector operands.
 VECTOR_OPS: tuple[type, ...] = (
@@ -34,7 +34,8 @@ VECTOR_OPS: tuple[type, ...] = (
 )
 
 
-def _reduced(gen: KernelGen) -> set[Axis]:
+def reduced_axes(gen: KernelGen) -> set[Axis]:
+    """The axes the kernel's normalisers and reductions reduce over."""
     out: set[Axis] = set()
     for i in gen.kernel.nodes:
         op = gen.graph.nodes[i].op
@@ -48,7 +49,7 @@ def vector_template(gen: KernelGen) -> KernelSource | None:
     k = gen.kernel
     if not width or k.streamed or gen.cdtype != "float32":
         return None
-    axes = _reduced(gen)
+    axes = reduced_axes(gen)
     if not axes:  # elementwise: vectorise along the last output's unit-stride axis
         last = k.outputs[-1]
         order = gen.layouts.get(last, gen.graph.values[last].axes)
