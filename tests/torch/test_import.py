@@ -33,13 +33,30 @@ def test_gpt2_block_imports_equal_with_named_axes_and_blocks():
         assert name in text, name
     assert "dim0" not in text and "#" not in text  # every axis has one meaningful name
     sizes = {v.label: v.size for v in model.config().bound}
-    assert sizes == {"batch": 2, "seq": 7, "d_model": 12, "heads": 3, "d_head": 4, "d_ff": 29}
+    assert sizes == {"d_model": 12, "heads": 3, "d_head": 4, "d_ff": 29}
+    assert [v.label for v in model.config().free] == ["batch", "seq"]  # any batch and length
     scopes = {s.label for s in model.graph.scopes}
     assert {"attn", "mlp", "attention"} <= scopes
     # nn.Linear q/k/v fold the head split: weight axes (heads, d_head, d_model)
     assert imported.params["attn.q.weight"].shape == (3, 4, 12)
     assert imported.torch_names["attn.q.weight"] == "attn.q.weight"
     assert "attn" in dict(to_module(model, params=imported.params).named_modules())
+
+
+def test_batch_and_length_stay_free_unless_asked_or_fixed():
+    torch.manual_seed(6)
+    block = Block(d_model=12, heads=3, d_ff=29).eval()
+    model, params = from_torch(block, (torch.randn(2, 7, 12),))
+    for shape in ((3, 11, 12), (1, 1, 12)):  # another batch and length, and a single token
+        x = torch.randn(*shape)
+        got = ncd.run(model, x.numpy(), params=params)
+        np.testing.assert_allclose(got, block(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    bound = from_torch(block, (torch.randn(2, 7, 12),), free_sizes=False).model
+    assert not bound.config().free
+    # a positional table added whole fixes the length, and the module runs at no other one
+    gpt = GPT(layers=1, seq=7, d_model=12, heads=3, d_ff=29, vocab=11).eval()
+    fixed = from_torch(gpt, (torch.randint(0, 11, (2, 7)),)).model
+    assert not fixed.config().free
 
 
 def test_explicit_matmul_attention_imports():

@@ -15,8 +15,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ncd import ops, trace
+from ncd import ops, serialize, trace
 from ncd.axis import ArrayType
+from ncd.errors import NcdError
 from ncd_torch._capture import Capture, Record, _snake
 from ncd_torch._import_rules import TorchImportError
 
@@ -82,17 +83,43 @@ def _emit(
         pos = end
 
 
-def from_torch(module: Any, example_inputs: Sequence[Any]) -> Imported:
+def from_torch(module: Any, example_inputs: Sequence[Any], *, free_sizes: bool = True) -> Imported:
     """Capture ``module`` on ``example_inputs`` and rebuild it as an ncd model.
 
-    Returns ``Imported(model, params, torch_names)`` (it unpacks as ``model, params``): sizes
-    are bound to the example's, parameters are named by the block hierarchy, and
-    ``ncd.run(model, *inputs, params=params)`` equals ``module(*inputs)``.
+    Returns ``Imported(model, params, torch_names)`` (it unpacks as ``model, params``):
+    parameters are named by the block hierarchy, and ``ncd.run(model, *inputs, params=params)``
+    equals ``module(*inputs)``. With ``free_sizes`` (the default) the batch and sequence sizes
+    stay free where the module imports to the same graph at another batch and length and no
+    parameter fixes them (a learned positional table fixes the length); otherwise, and with
+    ``free_sizes=False``, every size is the example's.
     """
-    program = _capture(module, tuple(example_inputs))
-    c = Capture(program, type(module).__name__)
+    inputs = tuple(example_inputs)
+    c = _read(module, inputs)
+    model = _rebuild(c, type(module).__name__)
+    if free_sizes:
+        model = _free(module, inputs, c, model)
+    params: dict[str, np.ndarray] = {}
+    names: dict[str, str] = {}
+    learned = [r for r in c.records if r.params]
+    nodes = [n for n in model.graph.nodes if n.op.params()]
+    for rec, node in zip(learned, nodes, strict=True):
+        for pname, (array, fqn) in rec.params.items():
+            params[node.param_name(pname)] = array
+            names[node.param_name(pname)] = fqn
+    return Imported(model, params, names)
+
+
+def _read(module: Any, inputs: tuple[Any, ...]) -> Capture:
+    """Capture ``module`` and read its graph into records over settled axis variables."""
+    c = Capture(_capture(module, inputs), type(module).__name__)
     c.run()
     c.axes.finish()
+    return c
+
+
+def _rebuild(c: Capture, root: str) -> Any:
+    """Replay the records of ``c`` through ``ncd.trace`` (one definition per user module)."""
+    program = c.program
     later: dict[str, int] = {}
     for i, rec in enumerate(c.records):
         for k in rec.inputs:
@@ -104,7 +131,6 @@ def from_torch(module: Any, example_inputs: Sequence[Any]) -> Imported:
         ArrayType(tuple(c.axes.axis(v) for v in c.dims[name]), c.dtype(_node(program, name)))
         for name in c.user_inputs
     ]
-    root = type(module).__name__
 
     def body(*ts: Any) -> Any:
         env = dict(zip(c.user_inputs, ts, strict=True))
@@ -127,21 +153,71 @@ def from_torch(module: Any, example_inputs: Sequence[Any]) -> Imported:
         return tuple(results) if len(results) > 1 else results[0]
 
     try:
-        model = trace(inputs=types, name=_snake(root), label=_snake(root))(body)
+        return trace(inputs=types, name=_snake(root), label=_snake(root))(body)
     except (ValueError, TypeError) as e:  # an identity the rules inferred contradicts an op
         raise TorchImportError(
             f"from_torch: {root} was captured but could not be rebuilt as an ncd model: {e}. "
             "Fix: simplify the part of forward that mixes these dims, or build it with ncd.ops."
         ) from e
-    params: dict[str, np.ndarray] = {}
-    names: dict[str, str] = {}
-    learned = [r for r in c.records if r.params]
-    nodes = [n for n in model.graph.nodes if n.op.params()]
-    for rec, node in zip(learned, nodes, strict=True):
-        for pname, (array, fqn) in rec.params.items():
-            params[node.param_name(pname)] = array
-            names[node.param_name(pname)] = fqn
-    return Imported(model, params, names)
+
+
+def _other_inputs(c: Capture, inputs: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The example inputs at another batch (one more) and length (one less, or one more when
+    the example's is at most 2): the second capture that tells which sizes may stay free."""
+    import torch
+
+    out = []
+    changed = False
+    for name, x in zip(c.user_inputs, inputs, strict=True):
+        for dim, v in enumerate(c.dims[name]):
+            label, n = c.axes.name(v), c.axes.size[v]
+            if label == "batch":
+                x = torch.cat([x, x.narrow(dim, 0, 1)], dim)
+            elif label == "seq":
+                x = x.narrow(dim, 0, n - 1) if n > 2 else torch.cat([x, x.narrow(dim, 0, 1)], dim)
+            else:
+                continue
+            changed = True
+        out.append(x)
+    return tuple(out) if changed else None
+
+
+def _shape_free(graph: Any) -> dict[str, Any]:
+    data = serialize.graph_to_dict(graph)
+    data["axes"] = [a["name"] for a in data["axes"]]
+    return data
+
+
+def _free(module: Any, inputs: tuple[Any, ...], c: Capture, model: Any) -> Any:
+    """``model`` with the size classes free that differ between this capture and one at
+    another batch and length (same graph otherwise) and that no parameter fixes."""
+    if len(c.user_inputs) != len(inputs):
+        return model
+    other = _other_inputs(c, inputs)
+    if other is None:
+        return model
+    try:
+        second = _rebuild(_read(module, other), type(module).__name__)
+    except Exception:  # the module does not run or import at the other sizes: keep them bound
+        return model
+    if _shape_free(second.graph) != _shape_free(model.graph):
+        return model
+    sizes = {a.uid: b.size for a, b in zip(model.graph.axes, second.graph.axes, strict=True)}
+    fixed = {a.uid for n in model.graph.nodes for p in n.op.params() for a in p.axes}
+    uids = set()
+    for var in model.config().bound:
+        members = {a.uid for a in var.axes}
+        if all(sizes[u] != var.size for u in members) and not members & fixed:
+            uids |= members
+    if not uids:
+        return model
+    c.axes.free(uids)
+    try:
+        freed = _rebuild(c, type(module).__name__)
+        freed.config()
+    except NcdError:
+        return model
+    return freed
 
 
 def _node(program: Any, name: str) -> Any:

@@ -86,6 +86,12 @@ class AxisTable:
             if root not in self._axes:
                 self._axes[root] = Axis(self.name(root), size=self.size[root])
 
+    def free(self, uids: set[str]) -> None:
+        """Make the final axes with these uids free (size ``None``), keeping their names."""
+        for root, a in list(self._axes.items()):
+            if a.uid in uids:
+                self._axes[root] = Axis(a.name, size=None)
+
     def _meet(self, a: int, b: int) -> bool:
         for group in self.meets:
             roots = {self.find(v) for v in group}
