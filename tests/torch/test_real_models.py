@@ -118,6 +118,64 @@ def test_reads_like_ncd_gpt(imported):
     assert any(n.endswith("wpe.weight[0:16]") for n in names)  # 16 of the 32 positions
 
 
+def test_exported_back_to_torch_matches(imported):
+    module, result = imported
+    back = ncd_torch.to_module(result.model, params=result.params)
+    for batch in (2, 3):
+        ids = _ids(batch)
+        got = back(ids).detach().numpy()
+        assert np.abs(got - module(ids).detach().numpy()).max() < TOL
+
+
+def test_hf_bert_without_a_padding_mask_imports():
+    """Token types (a registered buffer of zeros: one table row for every position), absolute
+    positions, ``embeddings += ...`` in place, post-norm blocks, bidirectional SDPA."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(4)
+    config = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=61,
+        max_position_embeddings=32,
+    )
+
+    class Hidden(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = transformers.BertModel(config, add_pooling_layer=False)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.m(input_ids=ids).last_hidden_state
+
+    module = Hidden().eval()
+    result = from_torch(module, (_ids(),))
+    for batch in (2, 3):
+        ids = _ids(batch)
+        got = ncd.run(result.model, ids.numpy(), params=result.params)
+        assert np.abs(got - module(ids).detach().numpy()).max() < TOL
+    names = result.torch_names
+    assert names["m.embeddings.token_type_embeddings.weight"].endswith("weight[0]")
+    assert "causal_mask" not in result.model.explain()
+
+
+def test_a_returned_cache_names_use_cache_false():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=4, vocab_size=61)
+
+    class WithCache(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = transformers.GPT2LMHeadModel(config)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.m(input_ids=ids).logits  # use_cache left on
+
+    with pytest.raises(TorchImportError, match="call the model with use_cache=False"):
+        from_torch(WithCache().eval(), (_ids(),))
+
+
 def test_gpt2_conv1d_weights_are_transposed_linears():
     pytest.importorskip("transformers")
     module = _gpt2("sdpa")

@@ -145,6 +145,9 @@ class Capture(ViewsMixin):
 
     def _note(self, node: Any, detail: str) -> None:
         op = self.aten(node) if node.op == "call_function" else f"{node.op} {node.target}"
+        trace = node.meta.get("stack_trace") or ""
+        if not detail and any(w in trace for w in ("cache_utils.py", "past_key_value")):
+            detail = "a key/value cache update: call the model with use_cache=False"
         self.problems.append(Problem(op, node.name, self.site(node), detail))
         self.poisoned.add(node.name)
 

@@ -72,6 +72,10 @@ ACTIVATIONS = {
 }
 ARITH = {
     "aten.add": "add",
+    "aten.add_": "add",
+    "aten.sub_": "sub",
+    "aten.mul_": "mul",
+    "aten.div_": "div",
     "aten.sub": "sub",
     "aten.mul": "mul",
     "aten.div": "div",
@@ -124,6 +128,12 @@ def _dropout(c: Capture, node: Any) -> None:
 def _arith(c: Capture, node: Any) -> None:
     fn = ARITH[c.aten(node)]
     a, b = node.args[0], node.args[1]
+    _arith_value(c, node, fn, a, b)
+    if c.aten(node).endswith("_") and getattr(a, "name", None) in c.dims:
+        c.alias(a, node)  # in place (``x += y``): later readers of ``a`` read the result
+
+
+def _arith_value(c: Capture, node: Any, fn: str, a: Any, b: Any) -> None:
     if node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("rounding_mode") is not None:
         raise c.unsupported(node, "alpha or rounding_mode")
     reverse = c.aten(node) == "aten.rsub"
@@ -259,9 +269,17 @@ def _positions(c: Capture, node: Any) -> None:
     rows = ids.reshape(-1, ids.shape[-1])
     n = int(ids.shape[-1])
     start = int(rows[0, 0]) if n else 0
+    if n and bool((ids == start).all()) and n > 1:  # one row for every position (BERT's types)
+        table = c.param(weight)
+        (fqn,) = c.take_pending()
+        width = c.axes.new(table.shape[1], "d_model", 2)
+        op = L.Learned((c.axis(width),), name=c.leaf(node) or "row")
+        c.op(node, op, [], {"weight": table[start]}, names=[f"{fqn}[{start}]"])
+        c.set(node, [width], recorded=True)
+        return
     if not bool((rows == torch.arange(start, start + n, dtype=rows.dtype)).all()):
         raise c.unsupported(
-            node, "constant ids that are not consecutive positions (only torch.arange ids)"
+            node, "constant ids that are neither consecutive positions nor all one id"
         )
     table = c.param(weight)
     (fqn,) = c.take_pending()
