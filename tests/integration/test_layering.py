@@ -30,6 +30,7 @@ FRONT_END = {
     "_demo.py",
     "cli.py",
     "nn.py",
+    "optim.py",  # optimisers build their update models with ncd.trace
     "testing.py",
     "serialize.py",  # loading a model gives a term (GraphTerm) back
     "ops/__init__.py",

@@ -4,10 +4,11 @@ One symbolic model; plugins interpret it as a PyTorch module, fused kernels, a d
 performance model. ``import ncd`` loads no heavy library.
 """
 
-from ncd import nn, ops
+from ncd import nn, ops, optim
 from ncd._term import GraphTerm, Term, copy, discard, identity, swap
 from ncd._trace import Tensor, trace
 from ncd.api import compile, export
+from ncd.autodiff import GradError, GradModel, IntegerGradError, NoGradRuleError, SeedError, grad
 from ncd.axis import DTYPES, ArrayType, Axis, axes, dtype_bytes
 from ncd.dtypes import (
     DType,
@@ -65,6 +66,11 @@ __all__ = [
     "GraphError",
     "IndexRangeError",
     "GraphTerm",
+    "GradError",
+    "GradModel",
+    "IntegerGradError",
+    "NoGradRuleError",
+    "SeedError",
     "NcdError",
     "Node",
     "ParameterError",
@@ -98,10 +104,12 @@ __all__ = [
     "dtype_bytes",
     "export",
     "from_json",
+    "grad",
     "identity",
     "init",
     "nn",
     "ops",
+    "optim",
     "run",
     "swap",
     "to_json",

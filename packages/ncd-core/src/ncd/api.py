@@ -4,6 +4,7 @@ Errors raised by a plugin's backend, executable or exporter name the plugin (see
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ncd.plugins import registry
@@ -19,9 +20,28 @@ def compile(model: Any, target: str = "reference", **options: Any) -> Executable
     backend = reg.backend(target)
     owner = reg.owner("backend", target)
     exe = call(owner, f"backend {target!r}: compile", backend.compile, model, **options)
-    if owner is None or owner.core:
-        return exe
-    return AttributedExecutable(exe, owner, f"backend {target!r}: executable")
+    if owner is not None and not owner.core:
+        exe = AttributedExecutable(exe, owner, f"backend {target!r}: executable")
+    pack = getattr(model, "pack_outputs", None)
+    if callable(pack) and target != "reference":  # the reference's ncd.run packs by itself
+        return PackedExecutable(exe, pack)
+    return exe
+
+
+class PackedExecutable(Executable):
+    """An executable of a model whose outputs have a structure (``ncd.grad``'s ``(loss,
+    grads)``): the backend's flat outputs, packed by the model's ``pack_outputs``. Every other
+    attribute is the wrapped executable's."""
+
+    def __init__(self, inner: Executable, pack: Callable[[Sequence[Any]], Any]) -> None:
+        self.wrapped, self._pack = inner, pack
+
+    def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        outs = self.wrapped(*inputs, **kwargs)
+        return self._pack(list(outs) if isinstance(outs, tuple) else [outs])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["wrapped"], name)
 
 
 def export(model: Any, target: str, **options: Any) -> Any:

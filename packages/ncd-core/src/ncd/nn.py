@@ -8,7 +8,10 @@ same ``Axis`` objects, so ``config()`` lists each size once.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from ncd import ops
+from ncd._lower import Builder, Ref
 from ncd._term import Term
 from ncd._trace import Tensor, trace
 from ncd.axis import ArrayType, Axis, show
@@ -16,10 +19,13 @@ from ncd.errors import DefinitionError
 
 __all__ = [
     "attention",
+    "cross_entropy",
     "gpt",
     "layernorm",
     "mlp",
+    "mse",
     "multihead_attention",
+    "nll",
     "rmsnorm",
     "spherical_attention",
     "transformer_block",
@@ -254,6 +260,157 @@ def moe(
         return bank(x, gate(router(x)))  # type: ignore[no-any-return]
 
     return body
+
+
+# -- losses ------------------------------------------------------------------------------------
+
+
+class _Typed(Term):
+    """A term made when it is lowered, from the types its inputs have then (``None`` for an
+    input no op has typed yet): a loss reduces over whatever axes its inputs carry."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, n_in: int, make: Callable[[Sequence[ArrayType | None]], Term]) -> None:
+        super().__init__(n_in, 1)
+        self.make = make
+
+    def lower(self, b: Builder, ins: Sequence[Ref]) -> list[Ref]:
+        types = []
+        for ref in ins:
+            v = b.value_of(ref)
+            types.append(None if v is None else b.values[v])
+        return self.make(types).lower(b, ins)
+
+
+def _class_axis(what: str, logits: ArrayType | None, vocab: AxisArg) -> tuple[ArrayType, Axis]:
+    """The logits' type and their class axis (an ``Axis``, a name, or the last axis)."""
+    if logits is None:
+        axis = _ax("vocab", vocab)
+        return ArrayType((axis,)), axis
+    if isinstance(vocab, Axis) and vocab in logits.axes:
+        return logits, vocab
+    name = vocab if isinstance(vocab, str) else getattr(vocab, "name", "vocab")
+    named = [a for a in logits.axes if a.name == name]
+    if len(named) == 1:
+        return logits, named[0]
+    if not logits.axes:
+        raise DefinitionError(
+            f"{what}: the logits are a scalar, with no class axis. Fix: feed logits [... vocab]."
+        )
+    return logits, logits.axes[-1]
+
+
+def _equals(t: Tensor, value: float) -> Tensor:
+    """1.0 where a float tensor of whole numbers equals ``value``, else 0.0."""
+    return ops.unary("relu")(1.0 - ops.unary("abs")(t - value))  # type: ignore[no-any-return]
+
+
+def _one_hot(ids: Tensor, vocab: Axis, fmt: str) -> Tensor:
+    """``[ids..., vocab]`` one-hot rows from core ops: the ids cast to float against an index
+    ramp (row sums of a lower-triangular mask of ones)."""
+    j = Axis(f"{vocab.name}_j")
+    ones = ops.constant(1.0, (vocab,))()
+    square = ops.einsum("a, b -> a b", a=vocab, b=j)(ones, ops.rename(vocab, j)(ones))
+    ramp = ops.sum(j)(ops.causal_mask(vocab, j, fill="0")(square)) - 1.0
+    gap = ops.unary("abs")(ops.cast(fmt)(ids) - ramp)
+    return ops.unary("relu")(1.0 - gap)  # type: ignore[no-any-return]
+
+
+def _mean_over(x: Tensor, axes: Sequence[Axis]) -> Tensor:
+    return ops.mean(tuple(axes))(x) if axes else x
+
+
+def cross_entropy(
+    vocab: AxisArg = "vocab",
+    *,
+    ignore_index: int | None = None,
+    label_smoothing: float = 0.0,
+    label: str = "loss",
+) -> Term:
+    """Cross-entropy of logits ``[... vocab]`` against integer targets ``[...]``, averaged over
+    every axis but ``vocab`` (the logits' axis of that name, else their last): two inputs,
+    logits then targets, one scalar output. Computed through a fused log-softmax
+    (``logsumexp(z) - z[target]``, the maximum subtracted first), never ``log(softmax)``.
+    ``ignore_index``: positions whose target is that id count for nothing (the mean is over
+    the others); ``label_smoothing`` ``e``: the target distribution is ``(1 - e) one_hot + e /
+    |vocab|``, as in PyTorch."""
+    if not isinstance(label_smoothing, int | float) or not 0.0 <= label_smoothing <= 1.0:
+        raise DefinitionError(
+            f"cross_entropy: label_smoothing must be in [0, 1], got {show(label_smoothing)}. "
+            "Fix: pass e.g. label_smoothing=0.1."
+        )
+    if ignore_index is not None and (
+        isinstance(ignore_index, bool) or not isinstance(ignore_index, int)
+    ):
+        raise DefinitionError(
+            f"cross_entropy: ignore_index must be an int id, got {show(ignore_index)}. Fix: "
+            "pass e.g. ignore_index=-100."
+        )
+    smooth = float(label_smoothing)
+
+    def make(types: Sequence[ArrayType | None]) -> Term:
+        logits, v = _class_axis("cross_entropy", types[0], vocab)
+        rest = tuple(a for a in logits.axes if a != v)
+        targets = types[1] or ArrayType(rest, "int64")
+
+        @trace(inputs=[logits, targets], name="cross_entropy", label=label)
+        def body(z: Tensor, t: Tensor) -> Tensor:
+            top = ops.max(v)(z)
+            lse = ops.unary("log")(ops.sum(v)(ops.unary("exp")(z - top))) + top
+            picked = ops.sum(v)(_one_hot(t, v, logits.dtype) * z)
+            loss = lse - picked
+            if smooth:
+                loss = (1.0 - smooth) * loss + smooth * (lse - ops.mean(v)(z))
+            if ignore_index is None:
+                return _mean_over(loss, rest)
+            keep = 1.0 - _equals(ops.cast(logits.dtype)(t), float(ignore_index))
+            if not rest:
+                return loss * keep  # type: ignore[no-any-return]
+            count = ops.maximum(1.0)(ops.sum(rest)(keep))
+            return ops.sum(rest)(loss * keep) / count  # type: ignore[no-any-return]
+
+        return body
+
+    return _Typed(2, make)
+
+
+def nll(vocab: AxisArg = "vocab", *, label: str = "loss") -> Term:
+    """Negative log-likelihood of log-probabilities ``[... vocab]`` at integer targets
+    ``[...]``, averaged over every axis but ``vocab``."""
+
+    def make(types: Sequence[ArrayType | None]) -> Term:
+        logp, v = _class_axis("nll", types[0], vocab)
+        rest = tuple(a for a in logp.axes if a != v)
+        targets = types[1] or ArrayType(rest, "int64")
+
+        @trace(inputs=[logp, targets], name="nll", label=label)
+        def body(z: Tensor, t: Tensor) -> Tensor:
+            return _mean_over(-ops.sum(v)(_one_hot(t, v, logp.dtype) * z), rest)
+
+        return body
+
+    return _Typed(2, make)
+
+
+def mse(*, label: str = "loss") -> Term:
+    """Mean squared error of a prediction against a target of the same axes (mean over all)."""
+
+    def make(types: Sequence[ArrayType | None]) -> Term:
+        pred = types[0] or types[1]
+        if pred is None:
+            raise DefinitionError(
+                "mse: neither input has a type yet. Fix: compose it after a model "
+                "(model >> nn.mse()) or trace it with typed inputs."
+            )
+
+        @trace(inputs=[pred, pred], name="mse", label=label)
+        def body(y: Tensor, target: Tensor) -> Tensor:
+            return _mean_over(ops.unary("square")(y - target), pred.axes)
+
+        return body
+
+    return _Typed(2, make)
 
 
 import ncd.primitives.routing  # noqa: E402, F401  (registers the routing ops at import)

@@ -247,6 +247,11 @@ def _learned(op: L.Learned, xs: list[Array], p: dict[str, Array], ctx: Context) 
     return [p["weight"]]
 
 
+@reference_rule(L.Parameter)
+def _parameter(op: L.Parameter, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    return [p[op.param]]
+
+
 def _arrange(x: Array, axes: Sequence[Axis], loop: Sequence[Axis], core: Sequence[Axis]) -> Array:
     """Transpose ``x`` to (loop..., core...) with size-1 dims for loop axes it lacks."""
     pos = {a: i for i, a in enumerate(axes)}
@@ -568,4 +573,7 @@ def run(
     check_seed(seed, "ncd.run")
     graph, arrays, ps = prepare(model, inputs, params)
     outs = evaluate(graph, arrays, ps, training=bool(training), seed=seed)
+    pack = getattr(model, "pack_outputs", None)  # a model whose outputs have a structure
+    if callable(pack):
+        return pack(outs)
     return outs[0] if len(outs) == 1 else tuple(outs)

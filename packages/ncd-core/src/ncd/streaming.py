@@ -98,6 +98,7 @@ def _normaliser(op: Op, axis: Axis) -> str:
     L.Embedding,
     L.Constant,
     L.Learned,
+    L.Parameter,
     L.CausalMask,
     L.Unary,
     L.Binary,

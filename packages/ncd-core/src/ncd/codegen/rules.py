@@ -352,3 +352,8 @@ def _constant(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 @codegen_rule(L.Learned)
 def _learned(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     return gen.param(node, "weight", index)
+
+
+@codegen_rule(L.Parameter)
+def _parameter(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    return gen.param(node, node.op.param, index)  # type: ignore[attr-defined]

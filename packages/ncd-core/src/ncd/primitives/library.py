@@ -40,6 +40,7 @@ __all__ = [
     "LayerNorm",
     "Learned",
     "Linear",
+    "Parameter",
     "RMSNorm",
     "Reduce",
     "Scalar",
@@ -533,3 +534,22 @@ class Learned(Op):
 
     def params(self) -> tuple[Param, ...]:
         return (Param("weight", self.axes_, self.init),)
+
+
+@register_op
+@attrs.frozen
+class Parameter(Learned):
+    """One named parameter (``weight`` or ``bias``) of another op, output as a value:
+    ``ncd.grad`` reads a linear map's or a norm's parameters through it, under the owner's
+    parameter names (a ``Learned`` whose parameter may be a bias). Its initialiser is
+    ``Learned``'s (a fan-in uniform one becomes ``normal``): initialise from the model."""
+
+    kind: ClassVar[str] = "parameter"
+    param: str = choice_field(("weight", "bias"), "weight")
+
+    def params(self) -> tuple[Param, ...]:
+        return (Param(self.param, self.axes_, self.init),)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.param
