@@ -1,7 +1,8 @@
-"""The cuda backend on a GPU against the reference interpreter: ncd.testing's conformance suite
-(as tests/opencl run it), 16-bit casts of a few models at awkward sizes, device arrays used in
-place, and repeated calls. Skipped as a whole where no GPU runs (the reason says what is
-missing).
+"""The cuda backend against the reference interpreter: ncd.testing's conformance suite (as
+tests/opencl run it), 16-bit casts of a few models at awkward sizes, device arrays used in
+place, and repeated calls. On a GPU where one runs; elsewhere on the host emulator
+(``ncd_cuda.emulate``: the same generated CUDA, launches and buffers, on host threads), the
+tests of device arrays skipped; skipped as a whole without either (the reason says why).
 
 16-bit tolerances follow tests/opencl/test_precision.py: ``c * eps * (|ref| + scale)`` with
 ``scale = max(1, max |ref|)``, ``c`` growing with the length of sums and the depth of the model.
@@ -19,11 +20,19 @@ import ncd
 from ncd import nn, ops
 from ncd.testing import ELEMENTWISE, MODEL, BackendConformance, case_by_name, contraction
 from ncd.testing import random_inputs as inputs
+from ncd_cuda import emulate
 from ncd_cuda.runtime import probe
 
 _FOUND = probe()
-if not _FOUND.ok:
-    pytest.skip(_FOUND.missing or "no CUDA GPU here", allow_module_level=True)
+ON_GPU = _FOUND.ok
+if not ON_GPU and not emulate.available():
+    pytest.skip(
+        f"{_FOUND.missing or 'no CUDA GPU here'}; and no host C++ compiler for the emulator",
+        allow_module_level=True,
+    )
+#: where the kernels run: the first GPU, else the host emulator
+DEVICE: int | str = 0 if ON_GPU else "emulator"
+gpu_only = pytest.mark.skipif(not ON_GPU, reason="device arrays need a GPU (the emulator has none)")
 
 FORMATS = {"bfloat16": ncd.bfloat16, "float16": ncd.float16}
 SIZES = (1, 7, 13, 301, 1000)
@@ -35,13 +44,14 @@ class TestCudaConformance(BackendConformance):
 
     target = "cuda"
     expected_failures: ClassVar[dict[str, str]] = {}
+    compile_options: ClassVar[dict[str, Any]] = {"device": DEVICE}
 
 
 def check(model: Any, fmt: Any, c: float) -> None:
     """Run ``model`` on the GPU and the reference; compare at ``c`` epsilons of ``fmt``."""
     xs = inputs(model)
     params = ncd.init(model, seed=0)
-    got = ncd.compile(model, "cuda")(*xs, params=params)
+    got = ncd.compile(model, "cuda", device=DEVICE)(*xs, params=params)
     want = ncd.run(model, *xs, params=params)
     assert got.dtype == want.dtype == fmt.numpy
     g, w = got.astype(np.float64), want.astype(np.float64)
@@ -82,6 +92,35 @@ def test_linear(s: int, d: int, e: int, fmt: Any) -> None:
     check(ops.linear("d", "e").over("s").bind(s=s, d=d, e=e).cast(fmt), fmt, contraction(d))
 
 
+@pytest.mark.parametrize(("a", "b", "c"), [(1, 13, 7), (70, 40, 72), (13, 300, 129)])
+def test_einsum_with_row_major_b(a: int, b: int, c: int, fmt: Any) -> None:
+    """``a b, b c``: B staged transposed into shared memory (rows walk fastest in global)."""
+    model = ops.einsum("a b, b c -> a c").bind(a=a, b=b, c=c).cast(fmt)
+    check(model, fmt, contraction(b))
+
+
+@pytest.mark.parametrize("fn", ["sum", "max", "min", "mean"])
+@pytest.mark.parametrize("n", [64, 301, 1000])
+def test_row_reductions_a_warp_per_row(fn: str, n: int) -> None:
+    """Lane mode: every lane runs each shuffle once (a NaN-propagating max once ran it up to
+    four times per step, in divergent code)."""
+    model = ops.reduce(fn, "d").over("r").bind(r=7, d=n)
+    x = inputs(model)[0]
+    got = ncd.compile(model, "cuda", device=DEVICE)(x)
+    np.testing.assert_allclose(got, ncd.run(model, x), rtol=1e-5, atol=1e-5 * n)
+    x[3, n // 2] = np.nan
+    got = ncd.compile(model, "cuda", device=DEVICE)(x)
+    assert np.isnan(got[3]) and not np.isnan(np.delete(got, 3)).any()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_float32_streamed_attention_with_gpu_tiles(causal: bool) -> None:
+    model = nn.attention(causal=causal).over("h").bind(h=2, q=301, x=130, d=64, v=64)
+    xs = inputs(model)
+    got = ncd.compile(model, "cuda", device=DEVICE)(*xs)
+    np.testing.assert_allclose(got, ncd.run(model, *xs), rtol=1e-4, atol=1e-5)
+
+
 def test_mlp(fmt: Any) -> None:
     check(nn.mlp().over("s").bind(s=13, d_model=16, d_ff=24).cast(fmt), fmt, MODEL)
 
@@ -102,21 +141,21 @@ def test_awkward_float32_sizes(n: int) -> None:
     """One block, one block past the largest, many blocks with a ragged end."""
     model = (ops.unary("gelu") >> ops.unary("exp")).over("r")
     x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
-    got = ncd.compile(model, "cuda")(x)
+    got = ncd.compile(model, "cuda", device=DEVICE)(x)
     np.testing.assert_allclose(got, ncd.run(model, x), rtol=1e-5, atol=1e-6)
 
 
 def test_float64() -> None:
     model = ops.softmax("x").over("r").bind(r=7, x=301).cast(ncd.float64)
     x = np.random.default_rng(2).standard_normal((7, 301))
-    got = ncd.compile(model, "cuda")(x)
+    got = ncd.compile(model, "cuda", device=DEVICE)(x)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, ncd.run(model, x), rtol=1e-12, atol=1e-14)
 
 
 def test_repeated_calls_and_new_sizes_rebuild_once_each() -> None:
     model = ops.softmax("x").over("r")
-    exe = ncd.compile(model, "cuda")
+    exe = ncd.compile(model, "cuda", device=DEVICE)
     for shape in [(7, 13), (7, 13), (3, 1000), (7, 13)]:
         x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(exe(x), ncd.run(model, x), rtol=1e-5, atol=1e-6)
@@ -125,7 +164,7 @@ def test_repeated_calls_and_new_sizes_rebuild_once_each() -> None:
 
 def test_parameters_changed_in_place_are_seen() -> None:
     case = case_by_name("mlp")
-    exe = ncd.compile(case.model, "cuda")
+    exe = ncd.compile(case.model, "cuda", device=DEVICE)
     xs, params = case.inputs(), case.params()
     exe(*xs, params=params)
     for p in params.values():
@@ -139,10 +178,11 @@ def test_out_is_written() -> None:
     model = ops.softmax("x").over("r").bind(r=7, x=13)
     x = np.random.default_rng(4).standard_normal((7, 13)).astype(np.float32)
     out = np.empty((7, 13), np.float32)
-    assert ncd.compile(model, "cuda")(x, out=out) is out
+    assert ncd.compile(model, "cuda", device=DEVICE)(x, out=out) is out
     np.testing.assert_allclose(out, ncd.run(model, x), rtol=1e-5, atol=1e-6)
 
 
+@gpu_only
 def test_torch_cuda_tensors_are_used_in_place() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
@@ -151,13 +191,14 @@ def test_torch_cuda_tensors_are_used_in_place() -> None:
     x = torch.randn(37, 301, device="cuda")
     y = torch.empty(37, 301, device="cuda")
     torch.cuda.synchronize()
-    assert ncd.compile(model, "cuda")(x, out=y) is y
+    assert ncd.compile(model, "cuda", device=DEVICE)(x, out=y) is y
     want = ncd.run(model, x.cpu().numpy())
     np.testing.assert_allclose(y.cpu().numpy(), want, rtol=1e-5, atol=1e-6)
-    got = ncd.compile(model, "cuda")(x)  # device in, NumPy out
+    got = ncd.compile(model, "cuda", device=DEVICE)(x)  # device in, NumPy out
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@gpu_only
 def test_torch_bfloat16_tensors_as_their_bits() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
@@ -165,7 +206,7 @@ def test_torch_bfloat16_tensors_as_their_bits() -> None:
     model = ops.softmax("x").over("r").bind(r=5, x=13).cast(ncd.bfloat16)
     x = torch.randn(5, 13, device="cuda").to(torch.bfloat16)
     torch.cuda.synchronize()
-    got = ncd.compile(model, "cuda")(x.view(torch.int16))
+    got = ncd.compile(model, "cuda", device=DEVICE)(x.view(torch.int16))
     host = x.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16)
     want = ncd.run(model, host)
     np.testing.assert_allclose(

@@ -189,7 +189,7 @@ class CudaExecutable(Executable):
     def __init__(
         self,
         model: Any,
-        device: int = 0,
+        device: int | str = 0,
         max_builds: int = 8,
         plan: Any = None,
         wide: bool | None = None,
@@ -205,13 +205,21 @@ class CudaExecutable(Executable):
                 f"wide={wide!r}: expected None (64-bit indices only for calls that need them), "
                 "True (always) or False (never; such a call is refused). Fix: pass one of these."
             )
-        if not isinstance(device, int) or device < 0:
+        emulated = device == "emulator"
+        if not emulated and (not isinstance(device, int) or device < 0):
             raise DefinitionError(
-                f"device={device!r}: expected the ordinal of a GPU (0, 1, ...). Fix: pass "
-                "device=0 (the first GPU CUDA_VISIBLE_DEVICES shows)."
+                f"device={device!r}: expected the ordinal of a GPU (0, 1, ...) or 'emulator' "
+                "(ncd_cuda.emulate: the same kernels on host threads, for testing without a "
+                "GPU). Fix: pass device=0 (the first GPU CUDA_VISIBLE_DEVICES shows)."
             )
+        self._emulator: Any = None
+        if emulated:
+            from ncd_cuda.emulate import EmulatedDevice
+
+            self._emulator = EmulatedDevice()
+            device = 0
         self.model = model
-        self.ordinal = device
+        self.ordinal: int = int(device)
         self.max_builds = max_builds
         self.plan = plan
         self.wide = wide
@@ -223,6 +231,19 @@ class CudaExecutable(Executable):
         # parameter name -> (device pointer, bytes, the bits uploaded; None: a device array)
         self._params: dict[str, tuple[int, int, np.ndarray | None]] = {}
         self._lock = threading.RLock()
+
+    def _device(self) -> Any:
+        """The GPU (``runtime.device``), or the host emulator with ``device="emulator"``."""
+        from ncd_cuda import runtime
+
+        return self._emulator if self._emulator is not None else runtime.device(self.ordinal)
+
+    def _require(self) -> None:
+        """``runtime.require()``: a typed error when no GPU can run (not for the emulator)."""
+        from ncd_cuda import runtime
+
+        if self._emulator is None:
+            runtime.require()
 
     @property
     def builds(self) -> int:
@@ -260,9 +281,9 @@ class CudaExecutable(Executable):
                 "(torch) or cupy.ascontiguousarray(x)."
             )
         if dt.kind in "iub":
-            runtime.require()
+            self._require()
             host = np.empty(d.shape, dtype=dt)
-            runtime.device(self.ordinal).download(d.ptr, host)
+            self._device().download(d.ptr, host)
             return host, d
         return np.broadcast_to(np.zeros((), dtype=dt), d.shape), d
 
@@ -360,7 +381,6 @@ class CudaExecutable(Executable):
     # -- builds ---------------------------------------------------------------------------
 
     def _program(self, graph: Graph) -> _Program:
-        from ncd_cuda import runtime
         from ncd_cuda.program import build
 
         key = tuple((a.uid, graph.size(a)) for a in graph.axes)
@@ -369,7 +389,7 @@ class CudaExecutable(Executable):
             self._programs.move_to_end(key)
             self._last = hit
             return hit
-        dev = runtime.device(self.ordinal)
+        dev = self._device()
         arch, ptx = _arch_for(dev.arch)
         wide = bool(self.wide)
         built = build(graph, arch, compiler=self.compiler, plan=self.plan, wide=wide)
@@ -453,7 +473,7 @@ class CudaExecutable(Executable):
     ) -> list[Any]:
         from ncd_cuda import runtime
 
-        dev = runtime.device(self.ordinal)
+        dev = self._device()
         for k, d in device_in.items():
             self._check_device(dev, d, f"input {k}")
         for name, d in device_params.items():
@@ -596,7 +616,7 @@ class CudaExecutable(Executable):
         if not self._formats_checked:
             check_formats(model)
             self._formats_checked = True
-        runtime.require()
+        self._require()
         with self._lock:
             outs = self._run(graph, arrays, ps, device_in, device_params, given)
         if out is not None:  # a device array given as out= is returned as the caller's object

@@ -26,6 +26,22 @@ PREAMBLE = (
     "#define NCD_FMIN(a, b) ((b) != (b) ? (b) : (a) > (b) ? (b) : (a))\n"
 )
 
+
+def _mma(ty: str) -> str:
+    """``d += a b`` on one warp's m16n8k16 tile (``ncd_cuda.mma``): ``mma.sync`` with float32
+    accumulators, A row-major and B column-major fragments of ``ty`` (f16 or bf16) pairs."""
+    return (
+        f"__device__ __forceinline__ void ncd_mma_{ty}(float& d0, float& d1, float& d2, "
+        "float& d3, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, "
+        "unsigned b1) {\n"
+        f'    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 '
+        '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
+        '        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)\n'
+        '        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));\n'
+        "}\n"
+    )
+
+
 # float16: cvt.rn.f16.f32 rounds to nearest even, overflows to infinity, keeps subnormals and
 # gives the canonical NaN 0x7fff; cvt.f32.f16 widens exactly. bfloat16: a load moves the 16
 # bits up (exact); a store is cvt.rn.bf16.f32 (sm_80 and later), same rounding rules.
@@ -39,7 +55,7 @@ DTYPE_PREAMBLE = {
         "}\n"
         "__device__ __forceinline__ float ncd_f16_round(float x) {\n"
         "    return ncd_f16_load(ncd_f16_store(x));\n"
-        "}\n"
+        "}\n" + _mma("f16")
     ),
     "bfloat16": (
         "__device__ __forceinline__ float ncd_bf16_load(unsigned short h) {\n"
@@ -50,7 +66,7 @@ DTYPE_PREAMBLE = {
         "}\n"
         "__device__ __forceinline__ float ncd_bf16_round(float x) {\n"
         "    return ncd_bf16_load(ncd_bf16_store(x));\n"
-        "}\n"
+        "}\n" + _mma("bf16")
     ),
 }
 
@@ -123,4 +139,8 @@ def program_preamble(kernels: Iterable[Any]) -> str:
     """``PREAMBLE`` plus, once each, the conversions of every 16-bit format the kernels
     (``KernelSource``) use."""
     used = {d for k in kernels for d in k.dtypes}
-    return PREAMBLE + "".join(text for d, text in CUDA.dtype_preamble.items() if d in used)
+    texts = [text for d, text in CUDA.dtype_preamble.items() if d in used]
+    if not texts:
+        return PREAMBLE
+    # a host emulator (``ncd_cuda.emulate``) supplies its own conversions and mma
+    return PREAMBLE + "#ifndef NCD_EMULATE\n" + "".join(texts) + "#endif\n"

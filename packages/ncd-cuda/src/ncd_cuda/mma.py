@@ -211,11 +211,8 @@ def mma_template(gen: KernelGen) -> KernelSource | None:
             with w.block(f"{UNROLL}for (int q = 0; q < 8; ++q)", "q"):
                 w.line("const int i = q / 4, j = q % 4;")
                 w.line(
-                    f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 '
-                    '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" '
-                    ': "+f"(c[q * 4]), "+f"(c[q * 4 + 1]), "+f"(c[q * 4 + 2]), '
-                    '"+f"(c[q * 4 + 3]) : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), '
-                    '"r"(a[i][3]), "r"(b[j][0]), "r"(b[j][1]));'
+                    f"ncd_mma_{ty}(c[q * 4], c[q * 4 + 1], c[q * 4 + 2], c[q * 4 + 3], "
+                    "a[i][0], a[i][1], a[i][2], a[i][3], b[j][0], b[j][1]);"
                 )
         w.line("__syncthreads();")
     # the epilogue: accumulator q*4+e is row wm + (q/4)*16 + g + (e/2)*8, column wn +

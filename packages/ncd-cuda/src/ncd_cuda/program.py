@@ -82,6 +82,15 @@ def _compiled(text: str, arch: str, compiler: str | None) -> Build:
     return out
 
 
+def source_of(cubin: bytes) -> str | None:
+    """The CUDA C of a cubin this process compiled (the emulator runs that source)."""
+    with _LOCK:
+        for built in _CACHE.values():
+            if built.cubin == cubin:
+                return built.source
+    return None
+
+
 def default_arch() -> str:
     """The first GPU's architecture when one is here (``sm_90`` on an H200), else ``sm_90``."""
     from ncd_cuda.runtime import probe

@@ -356,12 +356,14 @@ class KernelGen:
         go(dict(index), tuple(axes))
         if self.lanes is not None and tuple(axes) == (self.lanes[0],):
             # each lane holds a partial result: a butterfly over the warp gives all the total
-            o = self.unique("i_xor", "i")
-            other = self.dialect.shuffle_xor.format(value=acc, offset=o)
+            # (the shuffle is bound to a variable first: every lane must run it exactly once,
+            # and a step such as NCD_FMAX names its operand several times)
+            o, other = self.unique("i_xor", "i"), self.unique("lane_v", "v")
+            shuffle = self.dialect.shuffle_xor.format(value=acc, offset=o)
             width = self.lanes[2]
             self.w.line(
-                f"for (int {o} = {width // 2}; {o} > 0; {o} >>= 1) "
-                + step.format(a=acc, t=other)
+                f"for (int {o} = {width // 2}; {o} > 0; {o} >>= 1) {{ {self.ctype} {other} = "
+                f"{shuffle}; {step.format(a=acc, t=other)} }}"
             )
         return acc
 
