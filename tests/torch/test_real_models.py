@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -57,11 +57,16 @@ MODELS = {
 }
 
 
+MODELS_BY_ID: dict[int, Callable[[], nn.Module]] = {}  # an import -> how to build a fresh peer
+
+
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def imported(request: pytest.FixtureRequest) -> tuple[nn.Module, ncd_torch.Imported]:
     module = MODELS[request.param]().eval()
     ids = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(2))
-    return module, from_torch(module, (ids,))
+    result = from_torch(module, (ids,))
+    MODELS_BY_ID[id(result)] = MODELS[request.param]
+    return module, result
 
 
 def _ids(batch: int = 2, seq: int = 16) -> torch.Tensor:
@@ -125,6 +130,33 @@ def test_exported_back_to_torch_matches(imported):
         ids = _ids(batch)
         got = back(ids).detach().numpy()
         assert np.abs(got - module(ids).detach().numpy()).max() < TOL
+
+
+def test_the_original_checkpoint_loads_as_it_is(imported):
+    """``to_module(imported)`` takes the original module's ``state_dict`` (its names, its
+    shapes: Conv1D's in x out, the whole positional table, both names of the tied weight,
+    the tril buffers) and converts it; ``params_from`` gives the same as ncd parameters."""
+    module, result = imported
+    torch.manual_seed(9)
+    learned = {k for k, _ in module.named_parameters(remove_duplicate=False)}
+    state = {k: torch.randn_like(v) * 0.1 if k in learned else v for k, v in _state(module)}
+    if "transformer.wte.weight" in state:  # keep nanoGPT's tie: one tensor under two names
+        state["transformer.wte.weight"] = state["lm_head.weight"]
+    back = ncd_torch.to_module(result)
+    back.load_state_dict(state)
+    reloaded = MODELS_BY_ID[id(result)]()
+    reloaded.load_state_dict(state)
+    ids = _ids(3)
+    want = reloaded.eval()(ids).detach().numpy()
+    assert np.abs(back(ids).detach().numpy() - want).max() < TOL
+    params = result.params_from(state)
+    assert np.abs(ncd.run(result.model, ids.numpy(), params=params) - want).max() < TOL
+    back.load_state_dict(ncd_torch.to_module(result).state_dict())  # ncd's own form still loads
+    assert np.abs(back(ids).detach().numpy() - module(ids).detach().numpy()).max() < TOL
+
+
+def _state(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [(k, v.detach().clone()) for k, v in module.state_dict().items()]
 
 
 def test_hf_bert_without_a_padding_mask_imports():

@@ -264,6 +264,10 @@ def to_module(
     float16, float64); ``dtype`` converts every parameter to one torch dtype instead. A float8
     model is a ``DTypeError`` (torch has no float8 arithmetic).
     """
+    from ncd_torch._import import Imported
+
+    if isinstance(model, Imported):  # its params, and the original checkpoint loads as it is
+        return model.to_module(params=params, dtype=dtype, seed=seed, fuse=fuse)  # type: ignore[no-any-return]
     graph = graph_of(model)
     check_formats(graph)
     root = nn.Module()

@@ -9,7 +9,8 @@ through ``ncd.trace``; each user-defined submodule becomes a named definition (`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -24,6 +25,9 @@ from ncd_torch._import_rules import TorchImportError
 __all__ = ["Imported", "from_torch"]
 
 
+_SPEC = re.compile(r"^(?P<base>.*?)(?P<t>\.T)?(?:\[(?P<a>\d+)(?::(?P<b>\d+))?\])?$")
+
+
 @attrs.frozen
 class Imported:
     """What ``from_torch`` returns; unpacks as ``model, params = from_torch(...)``."""
@@ -31,9 +35,56 @@ class Imported:
     model: Any
     params: dict[str, np.ndarray]
     torch_names: dict[str, str]  # ncd parameter name -> PyTorch state_dict name
+    #: the original module's state_dict keys and shapes (what ``params_from`` reads)
+    torch_shapes: dict[str, tuple[int, ...]] = attrs.field(factory=dict)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.model, self.params))
+
+    def params_from(self, state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """ncd parameters from a state dict of the original module, read as ``torch_names``
+        says: ``.T`` a transpose (``Conv1D``), ``[a:b]`` rows (a split or positions), ``[k]``
+        one row, then the ncd shape (heads split off)."""
+        out: dict[str, np.ndarray] = {}
+        for name, spec in self.torch_names.items():
+            m = _SPEC.match(spec)
+            assert m is not None  # the pattern matches every string
+            value = state_dict[m["base"]]
+            array = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+            if m["t"]:
+                array = array.T
+            if m["a"] is not None:
+                array = array[int(m["a"])] if m["b"] is None else array[int(m["a"]) : int(m["b"])]
+            out[name] = np.ascontiguousarray(array.reshape(self.params[name].shape))
+        return out
+
+    def to_module(self, **options: Any) -> Any:
+        """``to_module(model, params=params)`` whose ``load_state_dict`` also takes the original
+        module's state dict as it is (same keys and shapes as ``torch_shapes``): it is converted
+        with ``params_from`` and the keys ncd has no parameter for (buffers, the second name of
+        a tied weight) are dropped. A state dict of the ncd module itself loads as usual."""
+        from ncd_torch._export import to_module
+
+        if options.get("params") is None:
+            options["params"] = self.params
+        module = to_module(self.model, **options)
+        own = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+
+        def convert(state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
+            keys = {k[len(prefix) :]: k for k in state_dict if k.startswith(prefix)}
+            shapes = {k: tuple(getattr(state_dict[full], "shape", ())) for k, full in keys.items()}
+            if shapes == own or shapes != self.torch_shapes:
+                return  # ncd's own form (or something else: let torch report it)
+            import torch
+
+            converted = self.params_from({k: state_dict[full] for k, full in keys.items()})
+            for full in keys.values():
+                del state_dict[full]
+            for k, array in converted.items():
+                state_dict[prefix + k] = torch.from_numpy(array)
+
+        module._register_load_state_dict_pre_hook(convert)
+        return module
 
 
 def _emit(
@@ -106,7 +157,8 @@ def from_torch(module: Any, example_inputs: Sequence[Any], *, free_sizes: bool =
         for pname, (array, fqn) in rec.params.items():
             params[node.param_name(pname)] = array
             names[node.param_name(pname)] = fqn
-    return Imported(model, params, names)
+    shapes = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    return Imported(model, params, names, shapes)
 
 
 def _read(module: Any, inputs: tuple[Any, ...]) -> Capture:
