@@ -430,3 +430,66 @@ def test_issue_13_acceptance_example_as_written() -> None:
         k for k in scope["grads"] if not np.array_equal(scope["params"][k], scope["state"]["m"][k])
     ]
     assert moved
+
+
+def test_gradient_model_round_trips_through_json() -> None:
+    lm = tiny_gpt() >> nn.cross_entropy()
+    train = ncd.grad(lm)
+    loaded = ncd.from_json(ncd.to_json(train))
+    assert loaded.graph == train.graph
+    assert list(loaded.graph.params()) == list(train.graph.params())
+    params = ncd.init(lm, seed=0)
+    toks = np.arange(7) % 13
+    loss, grads = ncd.run(train, toks, toks, params=params)
+    flat = ncd.run(loaded, toks, toks, params=params)  # a plain graph: flat outputs
+    assert flat[0] == loss
+    assert all(np.array_equal(a, grads[k]) for a, k in zip(flat[1:], grads, strict=True))
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("ncd_diagram") is None or importlib.util.find_spec("ncd_perf") is None,
+    reason="ncd-diagram or ncd-perf is not installed",
+)
+def test_gradient_model_draws_and_is_priced() -> None:
+    import ncd_diagram
+    import ncd_perf
+
+    att = nn.attention(causal=True).bind(q=5, x=5, d=4, v=4) >> ops.sum(["q", "v"])
+    train = ncd.grad(att, wrt="inputs")
+    svg = ncd_diagram.draw(train)
+    assert "attention" in svg
+    assert "kernel" in str(ncd_perf.cost(train))
+
+
+def test_chain_rule_composes_the_two_backward_passes() -> None:
+    d, e = ncd.Axis("d", size=7), ncd.Axis("e", size=13)
+    f = ncd.identity(ncd.ArrayType((d,))) >> ops.linear(d, e, name="f") >> ops.unary("tanh")
+    g = ops.layernorm(e) >> ops.sum(e)
+    fg = f >> g
+    params = {k: v.astype(np.float64) for k, v in ncd.init(fg, seed=3).items()}
+    pf = {k: v for k, v in params.items() if k.startswith("f.")}
+    pg = {k: v for k, v in params.items() if not k.startswith("f.")}
+    x = normal(7)
+    _, whole = ncd.run(ncd.grad(fg, wrt=[0, *params]), x, params=params)
+    y = ncd.run(f, x, params=pf)
+    g_on = ncd.identity(ncd.ArrayType((e,))) >> g
+    _, back_g = ncd.run(ncd.grad(g_on, wrt=[0, *pg]), y, params=pg)
+    _, back_f = ncd.run(ncd.grad(f, wrt=[0, *pf], cotangents=True), x, back_g[0], params=pf)
+    np.testing.assert_allclose(whole[0], back_f[0], rtol=1e-12, atol=1e-14)
+    for k in pf:
+        np.testing.assert_allclose(whole[k], back_f[k], rtol=1e-12, atol=1e-14)
+    for k in pg:
+        np.testing.assert_allclose(whole[k], back_g[k], rtol=1e-12, atol=1e-14)
+
+
+def test_lifting_sums_the_per_index_gradients() -> None:
+    d, e = ncd.Axis("d", size=5), ncd.Axis("e", size=3)
+    f = ncd.identity(ncd.ArrayType((d,))) >> ops.linear(d, e) >> ops.unary("gelu") >> ops.sum(e)
+    lifted = f.over(ncd.Axis("b", size=4)) >> ops.sum("b")
+    params = {k: v.astype(np.float64) for k, v in ncd.init(f, seed=5).items()}
+    xs = normal(4, 5)
+    _, together = ncd.run(ncd.grad(lifted), xs, params=params)
+    train = ncd.grad(f)
+    parts = [ncd.run(train, x, params=params)[1] for x in xs]
+    for k in params:
+        np.testing.assert_allclose(together[k], sum(p[k] for p in parts), rtol=1e-12)

@@ -58,6 +58,7 @@ class Builder:
         self.scopes: list[Scope] = [scope or Scope("model")]
         self.scope = 0
         self._paths: set[str] = set()
+        self._shared: dict[str, set[str]] = {}  # paths held by shares_path ops -> their names
 
     # -- axes ----------------------------------------------------------------------------------
     def resolve(self, axis: Axis) -> Axis:
@@ -138,12 +139,23 @@ class Builder:
             return base
         path = f"{base}.{name}" if base else name
         if op.params():
+            # An op whose class sets ``shares_path`` (``Parameter``: one parameter of another
+            # op, as ``ncd.grad`` writes them) may join a path whose parameter names it does not
+            # repeat; every other op gets a path of its own.
+            names = {p.name for p in op.params()}
+            shares = getattr(type(op), "shares_path", False)
             k = 2
             candidate = path
-            while candidate in self._paths:
+            while candidate in self._paths and (
+                not shares or self._shared.get(candidate) is None or names & self._shared[candidate]
+            ):
                 candidate = f"{path}_{k}"
                 k += 1
             path = candidate
+            if shares and path not in self._paths:
+                self._shared[path] = set()
+            if shares:
+                self._shared[path] |= names
             self._paths.add(path)
         return path
 

@@ -545,6 +545,8 @@ class Parameter(Learned):
     ``Learned``'s (a fan-in uniform one becomes ``normal``): initialise from the model."""
 
     kind: ClassVar[str] = "parameter"
+    #: the weight and the bias of one op share its parameter path (see ``Builder._path``)
+    shares_path: ClassVar[bool] = True
     param: str = choice_field(("weight", "bias"), "weight")
 
     def params(self) -> tuple[Param, ...]:
