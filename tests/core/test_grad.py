@@ -315,21 +315,29 @@ def test_gpt_gradients_against_torch_autograd() -> None:
     assert np.isclose(value, float(loss.detach()), rtol=1e-6)
     for name, g in grads.items():
         ref = got[name].grad.numpy()  # type: ignore[union-attr]
-        np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(g, ref, rtol=1e-9, atol=1e-12, err_msg=name)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_rules_against_torch_autograd() -> None:
     torch = pytest.importorskip("torch")
     ncd_torch = pytest.importorskip("ncd_torch")
+    every = ["s", "d"]
     cases = [
-        (ops.layernorm("d") >> ops.unary("gelu") >> ops.sum(["s", "d"]), normal(7, 13)),
-        (ops.rmsnorm("d") >> ops.unary("silu") >> ops.sum(["s", "d"]), normal(1, 7)),
+        (ops.layernorm("d") >> ops.unary("gelu") >> ops.sum(every), normal(7, 13)),
+        (ops.rmsnorm("d") >> ops.unary("silu") >> ops.sum(every), normal(1, 7)),
+        (ops.l2norm("d") >> ops.softmax("d") >> ops.unary("log") >> ops.sum(every), normal(1, 13)),
+        (ops.linear("d -> e", e=7) >> ops.unary("gelu_tanh") >> ops.sum(["s", "e"]), normal(13, 1)),
+        (ops.softmax("s") >> ops.unary("sqrt") >> ops.max(["s"]) >> ops.sum("d"), normal(7, 13)),
         (
-            ops.l2norm("d") >> ops.softmax("d") >> ops.unary("log") >> ops.sum(["s", "d"]),
-            normal(1, 13),
+            ops.rearrange("s (h e) -> h s e", h=2)
+            >> ops.unary("tanh")
+            >> ops.mean(["h", "s", "e"]),
+            normal(7, 2),
         ),
     ]
+    for fn in ("exp", "sigmoid", "abs", "relu", "square"):
+        cases.append((ops.unary(fn) >> ops.sum(every), away_from_zero(13, 7)))
     for term, x in cases:
         s, d = ncd.Axis("s", size=x.shape[0]), ncd.Axis("d", size=x.shape[1])
         model = ncd.identity(ncd.ArrayType((s, d))) >> term
@@ -341,6 +349,22 @@ def test_rules_against_torch_autograd() -> None:
         np.testing.assert_allclose(grads[0], tx.grad.numpy(), rtol=1e-9, atol=1e-12)
         for name, p in module.named_parameters():
             np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+@pytest.mark.parametrize("spherical", [False, True])
+def test_attention_against_torch_autograd(spherical: bool) -> None:
+    torch = pytest.importorskip("torch")
+    ncd_torch = pytest.importorskip("ncd_torch")
+    make = nn.spherical_attention if spherical else nn.attention
+    att = make(causal=True).bind(q=7, x=13, d=1, v=7) >> ops.unary("tanh") >> ops.sum(["q", "v"])
+    q, k, v = normal(7, 1), normal(13, 1), normal(13, 7)
+    module = ncd_torch.to_module(att, dtype=torch.float64)
+    ts = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    module(*ts).backward()
+    _, grads = ncd.run(ncd.grad(att, wrt="inputs"), q, k, v)
+    for g, t in zip(grads, ts, strict=True):
+        np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-9, atol=1e-12)  # type: ignore[union-attr]
 
 
 def test_gradient_graph_is_an_ordinary_graph() -> None:

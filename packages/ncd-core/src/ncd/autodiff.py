@@ -660,7 +660,9 @@ def grad(model: Any, wrt: Wrt = "params", *, cotangents: bool = False) -> GradMo
                 "or pass cotangents=True and feed the seed as an extra input."
             )
         else:
-            ct.setdefault(v, []).append(t.const(1.0, (), v))
+            # 1.0 computed from the output (not a float32 constant), so that float64 arrays fed
+            # to a float32 model keep float64 cotangents throughout, as the forward does
+            ct.setdefault(v, []).append(t.sc("add", t.sc("mul", v, 0.0), 1.0))
     for step in reversed(t.steps):
         have = [ct.pop(o, []) for o in step.outputs]
         if not any(have):
