@@ -73,14 +73,20 @@ class AxisTable:
     def finish(self) -> None:
         """Merge same-name, same-size classes that never meet, then fix one Axis per class."""
         roots = sorted({self.find(v) for v in range(len(self.parent))})
+        # root -> the meet groups it is in (kept up to date as classes merge)
+        seen: dict[int, set[int]] = {}
+        for g, group in enumerate(self.meets):
+            for r in {self.find(v) for v in group}:
+                seen.setdefault(r, set()).add(g)
         groups: dict[tuple[str, int], list[int]] = {}
         for r in roots:
             groups.setdefault((self.name(r), self.size[r]), []).append(r)
         for members in groups.values():
             for r in members[1:]:
                 target = self.find(members[0])
-                if not self._meet(target, r):
-                    self.union(target, r)
+                if not seen.get(target, set()) & seen.get(r, set()):
+                    self.union(target, r)  # target stays the root
+                    seen.setdefault(target, set()).update(seen.pop(r, set()))
         for v in range(len(self.parent)):
             root = self.find(v)
             if root not in self._axes:
@@ -91,13 +97,6 @@ class AxisTable:
         for root, a in list(self._axes.items()):
             if a.uid in uids:
                 self._axes[root] = Axis(a.name, size=None)
-
-    def _meet(self, a: int, b: int) -> bool:
-        for group in self.meets:
-            roots = {self.find(v) for v in group}
-            if a in roots and b in roots:
-                return True
-        return False
 
     def axis(self, v: int) -> Axis:
         return self._axes[self.find(v)]
