@@ -449,6 +449,9 @@ def test_issue_13_acceptance_example_as_written() -> None:
     exec(compile(EXAMPLE, "issue-13-example", "exec"), scope)
     assert np.isclose(scope["loss"], np.log(50), rtol=0.05)  # an untrained model: ~ uniform
     assert np.isclose(scope["loss_cl"], scope["loss"], rtol=1e-5)
+    for k, ref in scope["grads"].items():  # 1e-4 relative to each gradient's scale, float32
+        err = np.max(np.abs(scope["grads_cl"][k] - ref))
+        assert err <= 1e-4 * max(float(np.max(np.abs(ref))), 1e-3), k
     assert scope["state"]["step"] == 1
     moved = [
         k for k in scope["grads"] if not np.array_equal(scope["params"][k], scope["state"]["m"][k])
@@ -517,3 +520,68 @@ def test_lifting_sums_the_per_index_gradients() -> None:
     parts = [ncd.run(train, x, params=params)[1] for x in xs]
     for k in params:
         np.testing.assert_allclose(together[k], sum(p[k] for p in parts), rtol=1e-12)
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+_R, _C = 3, 5
+_KINDS = {
+    "exp": lambda: ops.unary("exp"),
+    "tanh": lambda: ops.unary("tanh"),
+    "gelu": lambda: ops.gelu(),
+    "mul": lambda: ops.mul(0.5),
+    "rsub": lambda: ops.sub(1.0, reverse=True),
+    "softmax": lambda: ops.softmax("c"),
+    "l2norm": lambda: ops.l2norm("c"),
+    "layernorm": lambda: ops.layernorm("c", affine=False),
+    "rmsnorm": lambda: ops.rmsnorm("c", affine=False),
+}
+
+
+def _chain(spec: list[tuple[str, bool]], r: ncd.Axis, c: ncd.Axis) -> ncd.Term:
+    """Ops over ``[r c]``, each optionally as a residual ``x + op(x)`` (a copy becomes a sum)."""
+    model: ncd.Term = ncd.identity([r, c])
+    for kind, residual in spec:
+        term = _KINDS[kind]()
+        model = model >> (ncd.copy() >> (term @ ncd.identity(1)) >> ops.add() if residual else term)
+    return model
+
+
+if importlib.util.find_spec("hypothesis") is not None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    _steps = st.lists(
+        st.tuples(st.sampled_from(sorted(_KINDS)), st.booleans()), min_size=1, max_size=4
+    )
+
+    @settings(max_examples=25, deadline=None)
+    @given(_steps, _steps, st.integers(0, 2**31 - 1))
+    def test_chain_rule_on_random_compositions(
+        first: list[tuple[str, bool]], second: list[tuple[str, bool]], seed: int
+    ) -> None:
+        r, c = ncd.Axis("r", size=_R), ncd.Axis("c", size=_C)
+        f, g = _chain(first, r, c), _chain(second, r, c)
+        x = np.random.default_rng(seed).normal(size=(_R, _C))
+        w = np.random.default_rng(seed + 1).normal(size=(_R, _C))
+        fg = f >> g
+        _, (whole,) = ncd.run(ncd.grad(fg, wrt="inputs", cotangents=True), x, w)
+        y = ncd.run(f, x)
+        _, (dy,) = ncd.run(ncd.grad(g, wrt="inputs", cotangents=True), y, w)
+        _, (dx,) = ncd.run(ncd.grad(f, wrt="inputs", cotangents=True), x, dy)
+        np.testing.assert_allclose(whole, dx, rtol=1e-10, atol=1e-12)
+
+    @settings(max_examples=15, deadline=None)
+    @given(_steps, st.integers(0, 2**31 - 1))
+    def test_lifting_is_per_index_on_random_compositions(
+        spec: list[tuple[str, bool]], seed: int
+    ) -> None:
+        r, c, b = ncd.Axis("r", size=_R), ncd.Axis("c", size=_C), ncd.Axis("b", size=2)
+        f = _chain(spec, r, c)
+        xs = np.random.default_rng(seed).normal(size=(2, _R, _C))
+        ws = np.random.default_rng(seed + 1).normal(size=(2, _R, _C))
+        _, (lifted,) = ncd.run(ncd.grad(f.over(b), wrt="inputs", cotangents=True), xs, ws)
+        train = ncd.grad(f, wrt="inputs", cotangents=True)
+        for i in range(2):
+            _, (one,) = ncd.run(train, xs[i], ws[i])
+            np.testing.assert_allclose(lifted[i], one, rtol=1e-10, atol=1e-12)

@@ -105,6 +105,7 @@ class Tape:
         self.path = ""  # the parameter path of the node being rebuilt
         self._fwd_scope: dict[int, int] = {0: 0}
         self._bwd_scope: dict[int, int] = {0: 0}
+        self._fwd_inverse: dict[int, int] = {}
 
     # -- values --------------------------------------------------------------------------------
     def axes(self, v: int) -> tuple[Axis, ...]:
@@ -502,6 +503,11 @@ def _scalar(t: Tape, op: L.Scalar, xs: list[int], ys: list[int], cts: Any, need:
         return [t.bin("mul", ct, t.sc("sub", lose, 1.0, reverse=True))]
     if fn == "pow":
         if rev:  # c ** x
+            if c <= 0:
+                raise GradError(
+                    f"ncd.grad: {c:g} ** x has no real derivative in x (the base is not "
+                    "positive). Fix: use a positive base, or exp(x * log(c)) for c > 0."
+                )
             return [t.sc("mul", t.bin("mul", ct, y), math.log(c))]
         return [t.sc("mul", t.bin("mul", ct, t.sc("pow", x, c - 1.0)), c)]
     raise NoGradRuleError(f"ncd.grad: scalar {fn!r} has no gradient rule.")
@@ -694,9 +700,9 @@ def grad(model: Any, wrt: Wrt = "params", *, cotangents: bool = False) -> GradMo
 
 def _twin(t: Tape, builder_scope: int) -> int:
     """The backward twin of a builder scope holding forward nodes."""
-    inverse = {b: s for s, b in t._fwd_scope.items()}
-    source = inverse.get(builder_scope, 0)
-    return t._scope(source, t._bwd_scope, True)
+    if len(t._fwd_inverse) != len(t._fwd_scope):
+        t._fwd_inverse = {b: s for s, b in t._fwd_scope.items()}
+    return t._scope(t._fwd_inverse.get(builder_scope, 0), t._bwd_scope, True)
 
 
 def _keys(g: Graph, params: Mapping[str, Any], wrt: Any) -> tuple[list[str | int], list[int]]:
