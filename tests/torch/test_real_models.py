@@ -187,6 +187,11 @@ def test_hf_bert_without_a_padding_mask_imports():
         ids = _ids(batch)
         got = ncd.run(result.model, ids.numpy(), params=result.params)
         assert np.abs(got - module(ids).detach().numpy()).max() < TOL
+    back = ncd_torch.to_module(result)  # a submodule named `self` shadows nothing
+    assert "self_ = self.self(" in back.m.encoder.layer.get_submodule("0").attention.code
+    back.load_state_dict(module.state_dict())
+    ids = _ids(3)
+    assert np.abs(back(ids).detach().numpy() - module(ids).detach().numpy()).max() < TOL
     names = result.torch_names
     assert names["m.embeddings.token_type_embeddings.weight"].endswith("weight[0]")
     assert "causal_mask" not in result.model.explain()

@@ -123,7 +123,7 @@ class Emitter:
     def submodule(self, prefix: str, module: nn.Module, *args: Any) -> fx.Node:
         name = self._fresh(prefix)
         self.holder.add_module(name, module)
-        return self.fx.call_module(name, args)
+        return _call_module(self.fx, name, args)
 
     # -- one op ----------------------------------------------------------------------------------
     def arrange(self, value: int, loop: Sequence[Axis], core: Sequence[Axis]) -> fx.Node:
@@ -226,12 +226,19 @@ class _Builder:
         _put(em.holder, rel, module)
         if not outs:
             return  # nothing reads the block: it keeps its parameters but is never called
-        call = em.fx.call_module(rel, tuple(em.env[v] for v in ins))
+        call = _call_module(em.fx, rel, tuple(em.env[v] for v in ins))
         if len(outs) == 1:
             em.bind(outs[0], call)
         else:
             for k, v in enumerate(outs):
                 em.bind(v, em.call(operator.getitem, call, k))
+
+
+def _call_module(g: fx.Graph, target: str, args: tuple[Any, ...]) -> fx.Node:
+    """``g.call_module``, except that a submodule named ``self`` (BERT's attention) gets a
+    result variable that does not shadow the module's own ``self`` in the generated forward."""
+    name = "self_" if target == "self" else None
+    return g.create_node("call_module", target, args, {}, name=name)
 
 
 def _lowering_rules() -> dict[type, Any]:
