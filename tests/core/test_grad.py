@@ -585,3 +585,17 @@ if importlib.util.find_spec("hypothesis") is not None:
         for i in range(2):
             _, (one,) = ncd.run(train, xs[i], ws[i])
             np.testing.assert_allclose(lifted[i], one, rtol=1e-10, atol=1e-12)
+
+
+def test_a_gradient_model_of_free_sizes_binds_later() -> None:
+    lm = nn.gpt(layers=1) >> nn.cross_entropy()
+    train = ncd.grad(lm)
+    assert "vocab" in {v.label for v in train.config().free}
+    sizes = {"seq": 7, "d_model": 8, "heads": 2, "d_head": 4, "d_ff": 13, "vocab": 13}
+    bound = lm.bind(**sizes)
+    params = ncd.init(bound, seed=0)
+    toks = np.arange(7) % 13
+    loss, grads = ncd.run(train.bind(**sizes), toks, toks, params=params)
+    loss_b, grads_b = ncd.run(ncd.grad(bound), toks, toks, params=params)
+    assert loss == loss_b
+    assert all(np.array_equal(grads[k], grads_b[k]) for k in grads)

@@ -30,6 +30,7 @@ from ncd.errors import NcdError
 from ncd.graph import Graph, Scope, as_graph
 from ncd.op import Op, registrar
 from ncd.primitives import library as L
+from ncd.sizes import Config
 from ncd.walk import rule_for
 
 __all__ = [
@@ -613,6 +614,14 @@ class GradModel:
         if self.as_tuple:
             return value, tuple(grads)
         return value, dict(zip(self.keys, grads, strict=True))
+
+    def config(self) -> Config:
+        """The free sizes, as ``Term.config``."""
+        return self.graph.config()
+
+    def bind(self, sizes: Mapping[str | Axis, int] | None = None, /, **kw: int) -> GradModel:
+        """The same gradient model with sizes bound (by config label or ``Axis``)."""
+        return attrs.evolve(self, graph=self.graph.bind(sizes, **kw))
 
     def __repr__(self) -> str:
         return f"GradModel({len(self.graph.nodes)} nodes, {len(self.keys)} gradients)"
