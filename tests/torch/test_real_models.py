@@ -361,3 +361,14 @@ def test_shape_only_glue_is_evaluated_at_import():
     text = result.model.explain()
     assert "causal_mask" in text and "pos: [ -> seq d_model]" in text
     assert set(result.params) == {"pos.weight"}
+
+
+def test_imported_gpt2_draws_and_prices():
+    pytest.importorskip("transformers")
+    ncd_diagram = pytest.importorskip("ncd_diagram")
+    ncd_perf = pytest.importorskip("ncd_perf")
+    result = from_torch(_gpt2("sdpa"), (_ids(),))
+    svg = ncd_diagram.draw(result.model, "svg")  # the native drawing
+    assert isinstance(svg, str) and svg.startswith("<svg") and "attention" in svg
+    priced = ncd_perf.cost(result.model.bind(batch=2))
+    assert priced.kernels and priced.flops
