@@ -324,6 +324,22 @@ def test_every_problem_is_listed_not_just_the_first():
     assert "aten.sum (keepdim=True)" in str(info.value)
 
 
+def test_an_output_of_constants_alone_is_named():
+    class Both(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("b", torch.arange(3.0))
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x + 1, self.b * 2
+
+    with pytest.raises(TorchImportError, match="returns only those") as info:
+        from_torch(Both(), (torch.randn(3),))
+    assert [(p.op, p.detail) for p in info.value.problems] == [
+        ("output", "an output computed from constants alone")
+    ]
+
+
 def test_supported_ops_lists_the_rule_table():
     ops = ncd_torch.supported_ops()
     assert ops == sorted(ops)

@@ -144,7 +144,9 @@ class Capture(ViewsMixin):
         return Refusal(node, what)
 
     def _note(self, node: Any, detail: str) -> None:
-        op = self.aten(node) if node.op == "call_function" else f"{node.op} {node.target}"
+        op = self.aten(node) if node.op == "call_function" else node.op
+        if node.op not in ("call_function", "output"):
+            op = f"{node.op} {node.target}"
         trace = node.meta.get("stack_trace") or ""
         if not detail and any(w in trace for w in ("cache_utils.py", "past_key_value")):
             detail = "a key/value cache update: call the model with use_cache=False"
@@ -326,7 +328,10 @@ class Capture(ViewsMixin):
                 self._evaluate(node)
             elif node.op == "output":
                 if not self.problems:
-                    self._outputs(node)
+                    try:
+                        self._outputs(node)
+                    except Refusal as e:
+                        self._note(e.node, e.detail)
             elif node.op != "call_function":
                 self._note(node, "")
             else:

@@ -55,6 +55,8 @@ ADVICE: dict[str, str] = {
     "which vanish)",
     "aten._to_copy": "a cast between formats is not supported yet (only casts to the same "
     "format, which vanish)",
+    "output": "a model returns tensors computed from its inputs: wrap the module so that it "
+    "returns only those (HF: .logits, called with use_cache=False)",
     "aten.argmax": "data-dependent selection (argmax, topk, sort) is not supported",
     "aten.topk": "data-dependent selection (argmax, topk, sort) is not supported",
     "aten.sort": "data-dependent selection (argmax, topk, sort) is not supported",
