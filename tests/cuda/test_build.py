@@ -202,3 +202,17 @@ def test_short_rows_and_contractions_keep_a_thread_per_row() -> None:
     assert k.style == "pointwise"
     mm = ops.einsum("a b, b c -> a c").bind(a=7, b=300, c=5)
     assert [k.style for k in ncd_cuda.build(mm, arch="sm_80").kernels] == ["pointwise"]
+
+
+@pytest.mark.parametrize("fmt, ty", [(ncd.bfloat16, "bf16"), (ncd.float16, "f16")])
+@pytest.mark.parametrize("d", [64, 128])
+def test_16_bit_attention_runs_on_tensor_cores(fmt: object, ty: str, d: int) -> None:
+    for causal in (False, True):
+        att = nn.attention(causal=causal).over("h").bind(h=4, q=1000, x=1000, d=d, v=d).cast(fmt)
+        plan = ncd.plan(att, target="cuda")
+        (k,) = ncd_cuda.build(att, arch="sm_80").kernels
+        assert k.style == "flash" and k.resources.spills == 0
+        assert re.search(rf"\bmma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.{ty}\.{ty}\.f32", k.ptx)
+        assert "shfl.sync.bfly" in k.ptx  # the row statistics over a quad of lanes
+        tiles = sorted((p.kind, p.tile, p.level) for p in plan.kernels[0].choices)
+        assert tiles == [("group", 16, 1), ("group", 64, 0), ("stream", 64, 0)]

@@ -24,6 +24,7 @@ from ncd.errors import ScheduleError
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan
 from ncd_cuda.dialect import CUDA, program_preamble
+from ncd_cuda.flash import flash_choices
 from ncd_cuda.mma import mma_choices
 
 __all__ = ["Generated", "cuda_plan", "cuda_rules", "generate"]
@@ -67,8 +68,9 @@ def cuda_rules() -> dict[type, Any]:
 def cuda_plan(graph: Graph, tiles: Mapping[Any, int] | None = None) -> FusionPlan:
     """The plan ncd-cuda renders, marked ``target="cuda"``: ``ncd.fuse``'s kernels with the
     splits core's ``plan_for`` makes (a plain-sum stream and sibling maps become matmuls, each
-    a tensor-core tile in 16-bit formats), the templates' tiles as choices: the streamed
-    attention's (16 keys, 1 row per thread, 128 rows a block) and the tensor-core matmul's
+    a tensor-core tile in 16-bit formats), the templates' tiles as choices: the tensor-core
+    attention's (64 keys a chunk, 64 query rows a block, 16 a warp), else the streamed
+    attention's (16 keys, 1 row per thread, 128 rows a block), and the tensor-core matmul's
     (64 x 64 a block at level 0, 32 x 32 a warp at level 1)."""
     from ncd.codegen.plans import plan_for
 
@@ -82,19 +84,31 @@ def cuda_plan(graph: Graph, tiles: Mapping[Any, int] | None = None) -> FusionPla
     layouts, rules = choose_layouts(base), cuda_rules()
     kernels = []
     for k in base.kernels:
-        if k.streamed:
-            made = stream_choices(k, STREAM_CHUNK, 1, STREAM_BLOCK)
-        else:
-            made = mma_choices(KernelGen(k, CUDA, rules, layouts))
+        made, _ = _planned(k, layouts, rules)
         kernels.append(k.with_choices(made) if made else k)
     return FusionPlan(graph, kernels, base.boundaries, target="cuda")
 
 
+def _planned(
+    k: Any, layouts: Mapping[int, Any], rules: Mapping[type, Any]
+) -> tuple[list[Any], str]:
+    """The choices the template that will render ``k`` records, and that template's style."""
+    gen = KernelGen(k, CUDA, rules, layouts)
+    if k.streamed:
+        made = flash_choices(gen)
+        if made:
+            return made, "flash"
+        return stream_choices(k, STREAM_CHUNK, 1, STREAM_BLOCK), "streamed"
+    made = mma_choices(gen)
+    return made, "mma" if made else ""
+
+
 def templates() -> list[Any]:
     from ncd.codegen.lanes import lanes_template
+    from ncd_cuda.flash import flash_template
     from ncd_cuda.mma import mma_template
 
-    return [mma_template, streamed_template, lanes_template]
+    return [mma_template, flash_template, streamed_template, lanes_template]
 
 
 def generate(graph: Graph, *, plan: FusionPlan | None = None, wide: bool = False) -> Generated:
@@ -122,9 +136,9 @@ def _rendered(plan: FusionPlan, kernels: list[KernelSource]) -> FusionPlan:
     render it (a ``wide`` build, say) keeps the planner's partitions only, so the plan never
     claims tiles the source does not use."""
     out, changed = [], False
+    layouts, rules = choose_layouts(plan), cuda_rules()
     for k, src in zip(plan.kernels, kernels, strict=True):
-        want = "streamed" if k.streamed else "mma"  # (lane-mode kernels record no choices)
-        if k.choices and src.style != want:
+        if k.choices and src.style != _planned(k, layouts, rules)[1]:
             k, changed = attrs.evolve(k, choices=()), True
         out.append(k)
     return attrs.evolve(plan, kernels=out) if changed else plan

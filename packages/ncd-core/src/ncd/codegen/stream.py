@@ -24,7 +24,18 @@ from ncd.graph import Node
 from ncd.kernel import Kernel, Partition
 from ncd.primitives import library as L
 
-__all__ = ["STREAM_ACCUMULATORS", "StreamAccumulator", "streamed_template"]
+#: ``normalised_operands``, ``row_axis``, ``causal_bound``, ``alias_x`` and ``stream_choices``
+#: are what another attention template (ncd-cuda's tensor-core one) reads the kernel with
+__all__ = [
+    "STREAM_ACCUMULATORS",
+    "StreamAccumulator",
+    "alias_x",
+    "causal_bound",
+    "normalised_operands",
+    "row_axis",
+    "stream_choices",
+    "streamed_template",
+]
 
 
 @attrs.frozen
@@ -121,7 +132,7 @@ COMPLETING = frozenset({"sum", "mean", "max", "min", "online_softmax", "l2"})
 MAX_ACC_ELEMS = 4096  # a work-item's accumulators live in private memory (the stack on a CPU)
 
 
-def _causal_bound(gen: KernelGen, n: Node, x: Axis, env: dict[Axis, str]) -> str | None:
+def causal_bound(gen: KernelGen, n: Node, x: Axis, env: dict[Axis, str]) -> str | None:
     """A causal mask whose fill is neutral for this normaliser (-inf for softmax, 0 for L2)
     zeroes every key after ``q + offset``: stop the stream there."""
     neutral = "-inf" if isinstance(n.op, L.Softmax) else "0"
@@ -222,7 +233,7 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
         return None
     par = [a for a in gen.grid() if a != x]
     if len(done) == 1 and kinds[done[0]] in ("online_softmax", "l2"):
-        lone = _normalised(gen, g.nodes[done[0]])
+        lone = normalised_operands(gen, g.nodes[done[0]])
         if lone is not None and _chunk(gen, x, lone[0]):
             return _rows_template(gen, x, par, g.nodes[done[0]], *lone)
     env, total = gen.open_grid(par)
@@ -233,7 +244,7 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
         if not acc.fits():
             return None
         if kinds[i] in ("online_softmax", "l2"):
-            parts = _normalised(gen, node)
+            parts = normalised_operands(gen, node)
             if parts is None:
                 return None  # homogeneous maps between normaliser and contraction: pointwise
             acc.norm = parts[0]
@@ -245,7 +256,7 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
         accs.append(acc)
     limit = str(gen.size(x))
     if len(accs) == 1 and accs[0].norm is not None:
-        bound = _causal_bound(gen, accs[0].norm, x, env)
+        bound = causal_bound(gen, accs[0].norm, x, env)
         limit = limit if bound is None else f"min({gen.index_lit(gen.size(x))}, {bound})"
     ix = gen.unique(f"i_{x.name}", "i")
     with gen.w.block(f"for ({gen.itype} {ix} = 0; {ix} < {limit}; ++{ix})", ix):
@@ -316,7 +327,7 @@ def stream_choices(k: Kernel, chunk: int, rows: int, group: int | None = None) -
     return out
 
 
-def _normalised(gen: KernelGen, node: Node) -> tuple[Node, int] | None:
+def normalised_operands(gen: KernelGen, node: Node) -> tuple[Node, int] | None:
     """(normaliser, other operand) when ``node`` contracts ``norm_x(s) * other`` directly."""
     g = gen.graph
     norms = [
@@ -340,7 +351,7 @@ def _chunk(gen: KernelGen, x: Axis, norm: Node) -> int:
     return max(1, n if known is None else min(n, known))
 
 
-def _row_axis(gen: KernelGen, par: list[Axis], other: int) -> Axis | None:
+def row_axis(gen: KernelGen, par: list[Axis], other: int) -> Axis | None:
     """A grid axis the contraction's other operand does not vary along (the query axis): a
     work-item takes several of its indices so each load of ``other`` serves them all."""
     theirs = gen.graph.values[other].axes
@@ -394,7 +405,7 @@ def _rows_template(
     shared by the rows. Rows past the end repeat the last one (same values, same addresses)."""
     w, rule = gen.w, STREAM_ACCUMULATORS[type(norm.op)]
     n = _chunk(gen, x, norm)
-    row = _row_axis(gen, par, other)
+    row = row_axis(gen, par, other)
     chosen = gen.kernel.chosen(row, 1) if row is not None else None  # the plan's rows
     known = gen.known(row) if row is not None else 1  # a run-time length: rows are clamped
     want = chosen or ROWS
@@ -422,7 +433,7 @@ def _rows_template(
         acc.declare(gen, gen.lit(0.0))
         accs.append(acc)
     limit = str(gen.size(x))
-    bound = _causal_bound(gen, norm, x, envs[-1])  # the last row sees the most keys
+    bound = causal_bound(gen, norm, x, envs[-1])  # the last row sees the most keys
     if bound is not None:
         limit = f"min({gen.index_lit(gen.size(x))}, {bound})"
     last = gen.index_lit(gen.size(x) - 1)
@@ -441,7 +452,7 @@ def _rows_template(
         ix = gen.unique(f"i_{x.name}", "i")
         with w.block(f"for ({gen.itype} {ix} = {x0}; {ix} < {x0} + {n}; ++{ix})", ix):
             for e, sc in zip(envs, scs, strict=True):
-                s = gen.load(norm.inputs[0], {**e, **_alias_x(gen, x, f"min({ix}, {last})")})
+                s = gen.load(norm.inputs[0], {**e, **alias_x(gen, x, f"min({ix}, {last})")})
                 w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {gen.lit(rule.pad)};")
         for acc, sc in zip(accs, scs, strict=True):
             assert rule.block is not None
@@ -457,7 +468,7 @@ def _rows_template(
         # scores above may contract that very axis, as attention's q.k and p.v share d_head)
         with w.block(f"for ({gen.itype} {t} = 0; {t} < {n}; ++{t})", t):
             ps = [gen.let(f"{sc}[{t}]", "p") for sc in scs]
-            e = {**env, **_alias_x(gen, x, f"min({x0} + {t}, {last})")}
+            e = {**env, **alias_x(gen, x, f"min({x0} + {t}, {last})")}
 
             def upd(ev: dict[Axis, str]) -> None:
                 val = gen.let(gen.load(other, ev), "val")
@@ -475,7 +486,7 @@ def _rows_template(
     return gen.launch(total, "streamed", local)
 
 
-def _alias_x(gen: KernelGen, x: Axis, expr: str) -> dict[Axis, str]:
+def alias_x(gen: KernelGen, x: Axis, expr: str) -> dict[Axis, str]:
     # axes renamed *from* the stream axis only: a rename into it (keys made from the query
     # axis) must not tie the query index to the key index
     return {a: expr for a in gen.kernel.axes() if a == x or gen.root(a) == x}
