@@ -314,14 +314,14 @@ def test_every_problem_is_listed_not_just_the_first():
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             y = torch.cumsum(x, -1)
             z = torch.sort(x, -1).values
-            return y + z + x.sum(-1, keepdim=True)
+            return y + z + torch.einsum("...d->...", x).unsqueeze(-1)
 
     with pytest.raises(TorchImportError) as info:
         from_torch(Two(), (torch.randn(2, 3),))
     ops = [p.op for p in info.value.problems]
-    assert ops == ["aten.cumsum", "aten.sort", "aten.sum"]
-    assert info.value.problems[-1].detail == "keepdim=True"
-    assert "aten.sum (keepdim=True)" in str(info.value)
+    assert ops == ["aten.cumsum", "aten.sort", "aten.einsum"]
+    assert "without '...'" in info.value.problems[-1].detail
+    assert "aten.einsum (the equation" in str(info.value)
 
 
 def test_an_output_of_constants_alone_is_named():
@@ -338,6 +338,53 @@ def test_an_output_of_constants_alone_is_named():
     assert [(p.op, p.detail) for p in info.value.problems] == [
         ("output", "an output computed from constants alone")
     ]
+
+
+class HandNorm(nn.Module):
+    """LayerNorm written out with keepdim reductions, as people write it."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.randn(d)), nn.Parameter(torch.randn(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        gate = torch.sigmoid(x.amax(1)).unsqueeze(1)  # (b, d) -> (b, 1, d)
+        return self.weight * (x - mu) / torch.sqrt(var + 1e-5) * gate + self.bias
+
+
+def test_keepdim_and_unsqueeze_are_broadcast_dims():
+    torch.manual_seed(7)
+    module = HandNorm(8)
+    model, params = from_torch(module, (torch.randn(2, 5, 8),))
+    for shape in ((2, 5, 8), (3, 7, 8)):
+        x = torch.randn(*shape)
+        got = ncd.run(model, x.numpy(), params=params)
+        np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_hf_llama_rmsnorm_imports():
+    pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    module = LlamaRMSNorm(8, eps=1e-6)
+    with torch.no_grad():
+        module.weight.normal_()
+    x = torch.randn(2, 5, 8)
+    model, params = from_torch(module, (x,))  # .to(float32), pow, mean(keepdim), rsqrt
+    got = ncd.run(model, x.numpy(), params=params)
+    np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+class Squeezed(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x.sum(-1, keepdim=True), dim=1)
+
+
+def test_a_broadcast_dim_read_by_an_op_that_needs_an_axis_is_refused():
+    with pytest.raises(TorchImportError, match="size-1 broadcast dim"):
+        from_torch(Squeezed(), (torch.randn(2, 5, 8),))
 
 
 def test_supported_ops_lists_the_rule_table():

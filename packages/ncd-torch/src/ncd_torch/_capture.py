@@ -24,7 +24,7 @@ from ncd.op import Op
 from ncd_torch._capture_views import ViewsMixin
 from ncd_torch._import_axes import AxisTable
 from ncd_torch._import_errors import Problem, Site, report, site_of
-from ncd_torch._import_rules import IMPORT_RULES, Refusal, TorchImportError
+from ncd_torch._import_rules import IMPORT_RULES, SIZE1_SAFE, Refusal, TorchImportError
 
 __all__ = ["Capture", "Record", "Scope"]
 
@@ -184,7 +184,8 @@ class Capture(ViewsMixin):
 
     # -- values ------------------------------------------------------------------------------------
     def _vars(self, dims: Sequence[Any]) -> list[int]:
-        return [v for d in dims for v in (d if isinstance(d, tuple) else (d,))]
+        """The axis variables of ``dims`` (a tuple is a pending fold, None a size-1 dim)."""
+        return [v for d in dims for v in (d if isinstance(d, tuple) else (d,)) if v is not None]
 
     def set(self, node: Any, dims: list[Any], recorded: bool = False) -> None:
         """``node``'s dims; its value is the op recorded last (``recorded``: just now)."""
@@ -354,6 +355,11 @@ class Capture(ViewsMixin):
         if bad:
             self.poisoned.add(node.name)
             return
+        if name not in SIZE1_SAFE and any(
+            None in self.dims.get(getattr(a, "name", ""), ()) for a in node.args
+        ):
+            self._note(node, "a size-1 broadcast dim (keepdim=True, unsqueeze) as an operand")
+            return
         try:
             rule(self, node)
         except Refusal as e:
@@ -370,6 +376,9 @@ class Capture(ViewsMixin):
                 continue
             if a.name in self.folded:
                 self._note(node, "an output computed from constants alone")
+                continue
+            if None in self.dims.get(self.key(a), ()):
+                self._note(node, "an output with a size-1 broadcast dim (keepdim, unsqueeze)")
                 continue
             outs.append(self.plain(a))
         self.outputs = outs

@@ -95,11 +95,14 @@ class ViewsMixin:
         ]
         return self._view(node, key, [old], [new], [(old,)], [(old,)], dims)
 
-    def broadcast(self, node: Any, a: Sequence[int], b: Sequence[int]) -> list[int]:
+    def broadcast(self, node: Any, a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
         """Right-aligned broadcasting: equal dims become one axis."""
         out = list(a if len(a) >= len(b) else b)
         for i in range(1, min(len(a), len(b)) + 1):
             x, y = a[-i], b[-i]
+            if x is None or y is None:  # a size-1 broadcast dim meets whatever is there
+                out[-i] = y if x is None else x
+                continue
             if self.axes.size[x] != self.axes.size[y]:
                 raise self.unsupported(node, "broadcasting a size-1 dim against a larger one")
             self.axes.union(x, y)

@@ -85,6 +85,28 @@ ARITH = {
     "aten.pow": "pow",
 }
 ALIASES = ("aten.contiguous", "aten.clone", "aten.alias", "aten.detach", "aten.lift_fresh_copy")
+#: ops that read a size-1 broadcast dim (None in ``Capture.dims``) correctly: elementwise ones
+#: and the ones that only move or drop dims
+SIZE1_SAFE = {
+    *ACTIVATIONS,
+    *ARITH,
+    *ALIASES,
+    "aten.gelu",
+    "aten.dropout",
+    "aten.to",
+    "aten._to_copy",
+    "aten.type_as",
+    "aten.transpose",
+    "aten.t",
+    "aten.permute",
+    "aten.unsqueeze",
+    "aten.squeeze",
+    "aten.expand",
+    "aten.sum",
+    "aten.mean",
+    "aten.amax",
+    "aten.amin",
+}
 VIEWS = ("aten.view", "aten.reshape", "aten._unsafe_view", "aten.flatten", "aten.unflatten")
 
 
@@ -187,15 +209,52 @@ def _softmax(c: Capture, node: Any) -> None:
 def _reduce(c: Capture, node: Any) -> None:
     x = c.plain(node.args[0])
     dims = c.dims[x]
-    which = node.args[1] if len(node.args) > 1 else list(range(len(dims)))
+    which = node.args[1] if len(node.args) > 1 else None
+    which = list(range(len(dims))) if which is None else which
     which = [which] if isinstance(which, int) else list(which)
     keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    if keep:
-        raise c.unsupported(node, "keepdim=True")
     fn = {"aten.sum": "sum", "aten.mean": "mean", "aten.amax": "max", "aten.amin": "min"}
-    gone = [dims[int(d)] for d in which]
+    where = sorted({int(d) % len(dims) for d in which})
+    gone = [dims[i] for i in where]
+    if any(v is None for v in gone):
+        raise c.unsupported(node, "a reduction over a size-1 broadcast dim")
     c.op(node, L.Reduce(fn[c.aten(node)], tuple(c.axis(v) for v in gone)), [x])
-    c.set(node, [v for v in dims if v not in gone])
+    if keep:  # the reduced dims stay as size-1 broadcast dims (None): x - x.mean(-1, True)
+        c.set(node, [None if i in where else v for i, v in enumerate(dims)])
+    else:
+        c.set(node, [v for i, v in enumerate(dims) if i not in where])
+
+
+@import_rule("aten.unsqueeze")
+def _unsqueeze(c: Capture, node: Any) -> None:
+    """A new size-1 dim is a broadcast dim (None): ncd broadcasts by an axis's absence."""
+    dims = list(c.dims[c.key(node.args[0])])
+    dims.insert(int(node.args[1]) % (len(dims) + 1), None)
+    c.alias(node, node.args[0], dims)
+
+
+@import_rule("aten.squeeze")
+def _squeeze(c: Capture, node: Any) -> None:
+    dims = list(c.dims[c.key(node.args[0])])
+    shape = c.shape(node.args[0])
+    which = node.args[1] if len(node.args) > 1 else [i for i, n in enumerate(shape) if n == 1]
+    which = {int(d) % len(dims) for d in ([which] if isinstance(which, int) else which)}
+    if any(dims[i] is not None for i in which if shape[i] == 1):
+        raise c.unsupported(node, "squeezing a size-1 dim that is an axis of its own")
+    c.alias(node, node.args[0], [d for i, d in enumerate(dims) if not (i in which and d is None)])
+
+
+@import_rule("aten.expand")
+def _expand(c: Capture, node: Any) -> None:
+    """Expanding broadcast dims (None) keeps them broadcast dims: the op that reads the value
+    broadcasts it; expanding an axis of its own to a larger size is refused."""
+    dims = list(c.dims[c.key(node.args[0])])
+    sizes = list(node.args[1])
+    new: list[Any] = [None] * (len(sizes) - len(dims)) + dims
+    for d, n in zip(new, sizes, strict=True):
+        if d is not None and not isinstance(d, tuple) and int(n) not in (-1, c.axes.size[d]):
+            raise c.unsupported(node, "expanding a dim that is an axis of its own")
+    c.alias(node, node.args[0], new)
 
 
 @import_rule("aten.layer_norm")
@@ -633,6 +692,8 @@ def _additive_mask(c: Capture, node: Any, a: Any, b: Any) -> bool:
     if kind is None:
         return False
     key = c.plain(scores)
+    if None in c.dims[key][-2:]:
+        return False
     if kind == "none":
         c.alias(node, key)
         return True
