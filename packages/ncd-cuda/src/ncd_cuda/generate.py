@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from ncd.codegen import CODEGEN_RULES, KernelGen, KernelSource, render_kernel
-from ncd.codegen.program import assemble, choose_layouts
+from ncd.codegen import KernelGen, KernelSource, render_kernel
+from ncd.codegen.program import Generated, assemble, choose_layouts, target_rules
 from ncd.codegen.stream import stream_choices, streamed_template
 from ncd.errors import ScheduleError
 from ncd.graph import Graph
@@ -27,42 +27,12 @@ from ncd_cuda.dialect import CUDA, program_preamble
 from ncd_cuda.flash import flash_choices
 from ncd_cuda.mma import mma_choices
 
-__all__ = ["Generated", "cuda_plan", "cuda_rules", "generate"]
+__all__ = ["Generated", "cuda_plan", "generate"]
 
 #: the streamed attention on a GPU: one query row per thread (its accumulator row in registers),
 #: 128 rows per block (4 warps), keys in chunks of 16 (the scores of a chunk in registers too)
 STREAM_CHUNK = 16
 STREAM_BLOCK = 128
-
-
-@attrs.frozen
-class Generated:
-    graph: Graph = attrs.field(eq=False, repr=False)
-    plan: FusionPlan = attrs.field(eq=False)
-    kernels: tuple[KernelSource, ...]  # in launch order; a shared kernel's copies carry no text
-    layouts: Mapping[int, tuple[Any, ...]]
-
-    @property
-    def source(self) -> str:
-        """The program: the preamble, then each distinct kernel function once."""
-        return (
-            program_preamble(self.kernels)
-            + "\n"
-            + "\n".join(k.text for k in self.kernels if k.text)
-        )
-
-
-def cuda_rules() -> dict[type, Any]:
-    """The core rule table plus every ``Lowering`` registered for target ``cuda``."""
-    from ncd.op import OP_KINDS
-    from ncd.plugins import registry
-
-    table: dict[type, Any] = dict(CODEGEN_RULES)
-    for kind, lowering in registry().lowerings_for("cuda").items():
-        cls = OP_KINDS.get(kind)
-        if cls is not None:
-            table[cls] = lowering.rule
-    return table
 
 
 def cuda_plan(graph: Graph, tiles: Mapping[Any, int] | None = None) -> FusionPlan:
@@ -81,7 +51,7 @@ def cuda_plan(graph: Graph, tiles: Mapping[Any, int] | None = None) -> FusionPla
             "Fix: drop tiles=, or use target='opencl' to experiment with tiles."
         )
     base = plan_for(graph)
-    layouts, rules = choose_layouts(base), cuda_rules()
+    layouts, rules = choose_layouts(base), target_rules("cuda")
     kernels = []
     for k in base.kernels:
         made, _ = _planned(k, layouts, rules)
@@ -126,9 +96,9 @@ def generate(graph: Graph, *, plan: FusionPlan | None = None, wide: bool = False
             "plan the bound model that runs: ncd.plan(model.bind(...), target='cuda')."
         )
     layouts = choose_layouts(plan)
-    rules, tpl = cuda_rules(), templates()
+    rules, tpl = target_rules("cuda"), templates()
     kernels = [render_kernel(k, CUDA, rules, layouts, tpl, wide) for k in plan.kernels]
-    return Generated(graph, _rendered(plan, kernels), assemble(kernels), layouts)
+    return Generated(graph, _rendered(plan, kernels), assemble(kernels), layouts, program_preamble)
 
 
 def _rendered(plan: FusionPlan, kernels: list[KernelSource]) -> FusionPlan:
@@ -136,7 +106,7 @@ def _rendered(plan: FusionPlan, kernels: list[KernelSource]) -> FusionPlan:
     render it (a ``wide`` build, say) keeps the planner's partitions only, so the plan never
     claims tiles the source does not use."""
     out, changed = [], False
-    layouts, rules = choose_layouts(plan), cuda_rules()
+    layouts, rules = choose_layouts(plan), target_rules("cuda")
     for k, src in zip(plan.kernels, kernels, strict=True):
         if k.choices and src.style != _planned(k, layouts, rules)[1]:
             k, changed = attrs.evolve(k, choices=()), True

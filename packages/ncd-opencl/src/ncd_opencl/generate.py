@@ -11,46 +11,18 @@ from typing import Any
 
 import attrs
 
-from ncd.codegen import CODEGEN_RULES, KernelSource, render_kernel
-from ncd.codegen.program import assemble, choose_layouts
+from ncd.codegen import KernelSource, render_kernel
+from ncd.codegen.program import Generated, assemble, choose_layouts, target_rules
 from ncd.codegen.stream import streamed_template
 from ncd.codegen.vector import vector_template
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan
 from ncd_opencl.dialect import OPENCL, program_preamble
 
-__all__ = ["Generated", "generate", "opencl_rules"]
-
-
-@attrs.frozen
-class Generated:
-    graph: Graph = attrs.field(eq=False, repr=False)
-    plan: FusionPlan = attrs.field(eq=False)
-    kernels: tuple[KernelSource, ...]
-    layouts: Mapping[int, tuple[Any, ...]]
-
-    @property
-    def source(self) -> str:
-        """The program: each distinct kernel function once (layers share theirs)."""
-        return (
-            program_preamble(self.kernels)
-            + "\n"
-            + "\n".join(k.text for k in self.kernels if k.text)
-        )
-
-
-def opencl_rules() -> dict[type, Any]:
-    """The core rule table plus every ``Lowering`` registered for target ``opencl`` (their
-    ``kind`` names an op kind; the rule has the ``ncd.codegen.Rule`` shape)."""
-    from ncd.op import OP_KINDS
-    from ncd.plugins import registry
-
-    table: dict[type, Any] = dict(CODEGEN_RULES)
-    for kind, lowering in registry().lowerings_for("opencl").items():
-        cls = OP_KINDS.get(kind)
-        if cls is not None:
-            table[cls] = lowering.rule
-    return table
+__all__ = [
+    "Generated",
+    "generate",
+]
 
 
 def templates(tiled: bool = True, local: bool = False) -> list[Any]:
@@ -104,10 +76,10 @@ def generate(
             )
         check(plan, local)
     layouts = choose_layouts(plan)
-    rules = opencl_rules()
+    rules = target_rules("opencl")
     tpl = templates(tiled, local)
     kernels = [render_kernel(k, OPENCL, rules, layouts, tpl, wide) for k in plan.kernels]
-    return Generated(graph, _rendered(plan, kernels), assemble(kernels), layouts)
+    return Generated(graph, _rendered(plan, kernels), assemble(kernels), layouts, program_preamble)
 
 
 def _rendered(plan: FusionPlan, kernels: list[KernelSource]) -> FusionPlan:

@@ -8,16 +8,53 @@ A target renders each planned kernel (``render_kernel``) and passes the list to 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
 from ncd.axis import Axis
 from ncd.codegen.lower import KernelSource
+from ncd.graph import Graph
 from ncd.kernel import FusionPlan
 from ncd.primitives import library as L
 
-__all__ = ["assemble", "choose_layouts"]
+__all__ = ["Generated", "assemble", "choose_layouts", "target_rules"]
+
+
+@attrs.frozen
+class Generated:
+    """A target's rendered program: the plan as rendered, its kernels in launch order (a
+    shared kernel's later copies carry no text), the layouts, and the target's ``preamble``
+    (kernels -> the text the program starts with)."""
+
+    graph: Graph = attrs.field(eq=False, repr=False)
+    plan: FusionPlan = attrs.field(eq=False)
+    kernels: tuple[KernelSource, ...]
+    layouts: Mapping[int, tuple[Any, ...]]
+    preamble: Callable[[Sequence[KernelSource]], str] = attrs.field(eq=False, repr=False)
+
+    @property
+    def source(self) -> str:
+        """The program: the preamble, then each distinct kernel function once."""
+        return (
+            self.preamble(self.kernels) + "\n" + "\n".join(k.text for k in self.kernels if k.text)
+        )
+
+
+def target_rules(target: str) -> dict[type, Any]:
+    """Core's rule table plus every ``Lowering`` registered for ``target`` (their ``kind``
+    names an op kind; the rule has the ``ncd.codegen.Rule`` shape)."""
+    from ncd.codegen.rules import CODEGEN_RULES
+    from ncd.op import OP_KINDS
+    from ncd.plugins import registry
+
+    table: dict[type, Any] = dict(CODEGEN_RULES)
+    for kind, lowering in registry().lowerings_for(target).items():
+        cls = OP_KINDS.get(kind)
+        if cls is not None:
+            table[cls] = lowering.rule
+    return table
 
 
 def choose_layouts(plan: FusionPlan) -> dict[int, tuple[Axis, ...]]:
