@@ -217,4 +217,5 @@ def _constant(op: L.Constant, xs: list[Node], ps: dict[str, Node], em: Emitter) 
 
 @torch_rule(L.Learned)
 def _learned(op: L.Learned, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
-    return [ps["weight"]]
+    # a Parameter (``ncd.grad``'s view of another op's weight or bias) names which one it is
+    return [ps[getattr(op, "param", "weight")]]
