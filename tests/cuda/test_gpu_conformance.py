@@ -18,7 +18,14 @@ import pytest
 
 import ncd
 from ncd import nn, ops
-from ncd.testing import ELEMENTWISE, MODEL, BackendConformance, case_by_name, contraction
+from ncd.testing import (
+    ELEMENTWISE,
+    MODEL,
+    BackendConformance,
+    assert_close_in_format,
+    case_by_name,
+    contraction,
+)
 from ncd.testing import random_inputs as inputs
 from ncd_cuda import emulate
 from ncd_cuda.program import build
@@ -54,15 +61,7 @@ def check(model: Any, fmt: Any, c: float) -> None:
     params = ncd.init(model, seed=0)
     got = ncd.compile(model, "cuda", device=DEVICE)(*xs, params=params)
     want = ncd.run(model, *xs, params=params)
-    assert got.dtype == want.dtype == fmt.numpy
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
-    tol = c * fmt.eps * (np.abs(w) + scale)
-    bad = np.abs(g - w) > tol
-    assert not bad.any(), (
-        f"{int(bad.sum())} of {bad.size} elements off by more than {c} eps; worst "
-        f"{float(np.max(np.abs(g - w) / (fmt.eps * (np.abs(w) + scale)))):.2f} eps"
-    )
+    assert_close_in_format(got, want, fmt, c)
 
 
 @pytest.fixture(params=list(FORMATS), ids=list(FORMATS))

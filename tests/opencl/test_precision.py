@@ -19,7 +19,7 @@ import pytest
 
 import ncd
 from ncd import nn, ops
-from ncd.testing import ELEMENTWISE, MODEL, contraction
+from ncd.testing import ELEMENTWISE, MODEL, assert_close_in_format, contraction
 from ncd.testing import random_inputs as inputs
 
 pytest.importorskip("pyopencl")
@@ -36,15 +36,7 @@ def check(model: Any, fmt: Any, c: float, **options: Any) -> set[str]:
     exe = ncd.compile(model, "opencl", **options)
     got = exe(*xs, params=params)
     want = ncd.run(model, *xs, params=params)
-    assert got.dtype == want.dtype == fmt.numpy
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    scale = max(1.0, float(np.max(np.abs(w))))
-    tol = c * fmt.eps * (np.abs(w) + scale)
-    bad = np.abs(g - w) > tol
-    assert not bad.any(), (
-        f"{int(bad.sum())} of {bad.size} elements off by more than {c} eps; worst "
-        f"{float(np.max(np.abs(g - w) / (fmt.eps * (np.abs(w) + scale)))):.2f} eps"
-    )
+    assert_close_in_format(got, want, fmt, c)
     graph = ncd.reference.prepare(model, xs, params)[0]
     return {k.style for k in exe.compiled(graph).gen.kernels}
 

@@ -34,6 +34,7 @@ __all__ = [
     "Case",
     "case_by_name",
     "cases",
+    "assert_close_in_format",
     "contraction",
     "random_inputs",
 ]
@@ -47,6 +48,22 @@ MODEL = 8.0  # a flip carried through a few layers
 def contraction(k: int) -> float:
     """The factor for a sum of ``k`` products: the normaliser's 2 plus sqrt(k) for the order."""
     return ELEMENTWISE + math.sqrt(k)
+
+
+def assert_close_in_format(got: Any, want: Any, fmt: Any, c: float) -> None:
+    """``got`` (a target's output) within ``c`` epsilons of ``fmt`` of ``want`` (the reference
+    computing the same formats): ``|got - want| <= c * eps * (|want| + scale)`` elementwise,
+    ``scale = max(1, max |want|)``; both in ``fmt``'s NumPy type."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype == fmt.numpy, (got.dtype, want.dtype, fmt)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
+    tol = c * fmt.eps * (np.abs(w) + scale)
+    bad = np.abs(g - w) > tol
+    assert not bad.any(), (
+        f"{int(bad.sum())} of {bad.size} elements off by more than {c} eps; worst "
+        f"{float(np.max(np.abs(g - w) / (fmt.eps * (np.abs(w) + scale)))):.2f} eps"
+    )
 
 
 def random_inputs(model: Any, seed: int = 0) -> list[np.ndarray]:

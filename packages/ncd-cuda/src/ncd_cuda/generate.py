@@ -18,7 +18,13 @@ from typing import Any
 import attrs
 
 from ncd.codegen import KernelGen, KernelSource, render_kernel
-from ncd.codegen.program import Generated, assemble, choose_layouts, target_rules
+from ncd.codegen.program import (
+    Generated,
+    assemble,
+    check_given_plan,
+    choose_layouts,
+    target_rules,
+)
 from ncd.codegen.stream import stream_choices, streamed_template
 from ncd.errors import ScheduleError
 from ncd.graph import Graph
@@ -85,16 +91,8 @@ def generate(graph: Graph, *, plan: FusionPlan | None = None, wide: bool = False
     """Render ``plan`` (default ``cuda_plan(graph)``) as CUDA C. ``wide``: 64-bit indices."""
     if plan is None:
         plan = cuda_plan(graph)
-    elif plan.target not in (None, "cuda"):
-        raise ScheduleError(
-            f"plan= was made for target {plan.target!r}; ncd-cuda renders plans for 'cuda' (or "
-            "ncd's own). Fix: ncd.plan(model, target='cuda')."
-        )
-    elif plan.graph is not graph and plan.graph != graph:
-        raise ScheduleError(
-            "plan= was made for another graph than the one compiled (other sizes or ops). Fix: "
-            "plan the bound model that runs: ncd.plan(model.bind(...), target='cuda')."
-        )
+    else:
+        check_given_plan(plan, graph, "cuda")
     layouts = choose_layouts(plan)
     rules, tpl = target_rules("cuda"), templates()
     kernels = [render_kernel(k, CUDA, rules, layouts, tpl, wide) for k in plan.kernels]

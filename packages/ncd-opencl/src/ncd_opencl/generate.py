@@ -12,7 +12,13 @@ from typing import Any
 import attrs
 
 from ncd.codegen import KernelSource, render_kernel
-from ncd.codegen.program import Generated, assemble, choose_layouts, target_rules
+from ncd.codegen.program import (
+    Generated,
+    assemble,
+    check_given_plan,
+    choose_layouts,
+    target_rules,
+)
 from ncd.codegen.stream import streamed_template
 from ncd.codegen.vector import vector_template
 from ncd.graph import Graph
@@ -59,16 +65,7 @@ def generate(
     if plan is None:
         plan = opencl_plan(graph, fuse, tiled, local, tiles)
     else:
-        if plan.target not in (None, "opencl"):
-            raise ScheduleError(
-                f"plan= was made for target {plan.target!r}; ncd-opencl renders plans for "
-                "'opencl' (or ncd's own). Fix: ncd.plan(model, target='opencl')."
-            )
-        if plan.graph is not graph and plan.graph != graph:
-            raise ScheduleError(
-                "plan= was made for another graph than the one compiled (other sizes or ops). "
-                "Fix: plan the bound model that runs: ncd.plan(model.bind(...), target='opencl')."
-            )
+        check_given_plan(plan, graph, "opencl")
         if tiles:
             raise ScheduleError(
                 "generate(plan=..., tiles=...): tiles belong to the plan. Fix: "

@@ -19,7 +19,7 @@ from ncd.graph import Graph
 from ncd.kernel import FusionPlan
 from ncd.primitives import library as L
 
-__all__ = ["Generated", "assemble", "choose_layouts", "target_rules"]
+__all__ = ["Generated", "assemble", "check_given_plan", "choose_layouts", "target_rules"]
 
 
 @attrs.frozen
@@ -39,6 +39,23 @@ class Generated:
         """The program: the preamble, then each distinct kernel function once."""
         return (
             self.preamble(self.kernels) + "\n" + "\n".join(k.text for k in self.kernels if k.text)
+        )
+
+
+def check_given_plan(plan: FusionPlan, graph: Graph, target: str) -> None:
+    """``ScheduleError`` unless a ``plan=`` handed to ``target``'s generator is one it renders:
+    made for ``target`` (or ncd's own, ``target=None``) and for ``graph`` itself."""
+    from ncd.errors import ScheduleError
+
+    if plan.target not in (None, target):
+        raise ScheduleError(
+            f"plan= was made for target {plan.target!r}; ncd-{target} renders plans for "
+            f"{target!r} (or ncd's own). Fix: ncd.plan(model, target={target!r})."
+        )
+    if plan.graph is not graph and plan.graph != graph:
+        raise ScheduleError(
+            "plan= was made for another graph than the one compiled (other sizes or ops). "
+            f"Fix: plan the bound model that runs: ncd.plan(model.bind(...), target={target!r})."
         )
 
 
