@@ -88,21 +88,9 @@ def _spelled(dt: np.dtype[Any]) -> str:
 def check_formats(graph: Graph) -> None:
     """Every float wire and parameter in a format the kernels store: ``DTypeError`` naming
     the value or parameter, its op and the format otherwise."""
-    for n in graph.nodes:
-        where = [
-            (f"value {graph.values[v]} of {n.op.label}", graph.values[v].dtype)
-            for v in (*n.inputs, *n.outputs)
-        ]
-        where += [
-            (f"parameter {n.param_name(p.name)} of {n.op.label}", p.dtype) for p in n.op.params()
-        ]
-        for what, fmt in where:
-            if to_dtype(fmt).kind == "float" and str(fmt) not in FORMATS:
-                raise DTypeError(
-                    f"{what} is {fmt}; the cuda backend stores {', '.join(FORMATS)}. Fix: cast "
-                    "the model (or this part, with ops.cast) to bfloat16 or float16 for 16-bit "
-                    "storage, or to float32."
-                )
+    from ncd.codegen.program import check_stored_formats
+
+    check_stored_formats(graph, FORMATS, "cuda")
 
 
 def _arch_for(arch: str) -> tuple[str, bool]:

@@ -58,25 +58,10 @@ def check_formats(graph: Graph, device: Any = None) -> None:
     """Every float wire and parameter in a format the kernels store, and float64 only on a
     device with fp64: ``DTypeError`` naming the value or parameter, its op, the format and the
     device, before anything is generated or built (``device=None``: formats only)."""
-    where: list[tuple[str, str]] = []  # (what, format), in graph order
-    for n in graph.nodes:
-        for v in n.inputs:
-            t = graph.values[v]
-            where.append((f"value {t} read by {n.op.label}", str(t.dtype)))
-        for v in n.outputs:
-            t = graph.values[v]
-            where.append((f"value {t} written by {n.op.label}", str(t.dtype)))
-        for p in n.op.params():
-            where.append((f"parameter {n.param_name(p.name)} of {n.op.label}", str(p.dtype)))
-    for what, fmt in where:
-        if to_dtype(fmt).kind != "float":
-            continue
-        if fmt not in FORMATS:
-            raise DTypeError(
-                f"{what} is {fmt}; the opencl backend stores {', '.join(FORMATS)}. Fix: cast "
-                "the model (or this part, with ops.cast) to bfloat16 or float16 for 16-bit "
-                "storage, or to float32."
-            )
+    from ncd.codegen.program import check_stored_formats, float_wires
+
+    check_stored_formats(graph, FORMATS, "opencl")
+    for what, fmt in float_wires(graph):
         if fmt == "float64" and device is not None and not device_has_fp64(device):
             raise DTypeError(
                 f"{what} is float64, but OpenCL device {device.name.strip()!r} has no double "

@@ -19,7 +19,15 @@ from ncd.graph import Graph
 from ncd.kernel import FusionPlan
 from ncd.primitives import library as L
 
-__all__ = ["Generated", "assemble", "check_given_plan", "choose_layouts", "target_rules"]
+__all__ = [
+    "Generated",
+    "assemble",
+    "check_given_plan",
+    "check_stored_formats",
+    "choose_layouts",
+    "float_wires",
+    "target_rules",
+]
 
 
 @attrs.frozen
@@ -57,6 +65,38 @@ def check_given_plan(plan: FusionPlan, graph: Graph, target: str) -> None:
             "plan= was made for another graph than the one compiled (other sizes or ops). "
             f"Fix: plan the bound model that runs: ncd.plan(model.bind(...), target={target!r})."
         )
+
+
+def float_wires(graph: Graph) -> list[tuple[str, str]]:
+    """``(what, format)`` of every float value a node reads or writes and every float parameter,
+    in graph order (``what`` names the value or parameter and its op, for error messages)."""
+    from ncd.dtypes import dtype as to_dtype
+
+    where: list[tuple[str, str]] = []
+    for n in graph.nodes:
+        for v in n.inputs:
+            t = graph.values[v]
+            where.append((f"value {t} read by {n.op.label}", str(t.dtype)))
+        for v in n.outputs:
+            t = graph.values[v]
+            where.append((f"value {t} written by {n.op.label}", str(t.dtype)))
+        for p in n.op.params():
+            where.append((f"parameter {n.param_name(p.name)} of {n.op.label}", str(p.dtype)))
+    return [(what, fmt) for what, fmt in where if to_dtype(fmt).kind == "float"]
+
+
+def check_stored_formats(graph: Graph, formats: Sequence[str], target: str) -> None:
+    """``DTypeError`` naming the first float value or parameter whose format is not one of
+    ``formats`` (what ``target``'s kernels store), its op and the fix; before any work."""
+    from ncd.errors import DTypeError
+
+    for what, fmt in float_wires(graph):
+        if fmt not in formats:
+            raise DTypeError(
+                f"{what} is {fmt}; the {target} backend stores {', '.join(formats)}. Fix: cast "
+                "the model (or this part, with ops.cast) to bfloat16 or float16 for 16-bit "
+                "storage, or to float32."
+            )
 
 
 def target_rules(target: str) -> dict[type, Any]:
