@@ -3,7 +3,8 @@
 Peers: NumPy (the reference interpreter's ops, vectorised by NumPy/OpenBLAS), torch eager and
 torch.compile of the *same* model exported by ncd-torch (same parameters), with torch.compile's
 first call (its compile time) shown separately. "ncd out=" writes into the same output arrays
-on every call (no fresh allocation: no page faults of a new output). ncd's first call includes
+on every call; "ncd" takes its outputs from the executable's pool (each call's result is dropped,
+so the pool reuses it: no page faults of a new output either, since reuse_outputs=True). ncd's first call includes
 planning, code generation and the OpenCL build. Both start cold (fresh program, PoCL and
 inductor caches) unless --warm; within one run, workloads whose kernels were already built
 (deeper transformers share their layers' kernels with shallower ones) hit ncd's in-memory

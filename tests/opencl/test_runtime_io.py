@@ -76,3 +76,56 @@ def test_out_sharing_memory_with_an_input_is_refused() -> None:
     x = np.zeros((13, 24), np.float32)
     with pytest.raises(ncd.SizeError, match="shares memory"):
         exe(x, out=x)
+
+
+def test_outputs_the_caller_holds_are_never_reused() -> None:
+    """The output pool: an array the caller (or a view, a container, a torch tensor) still
+    refers to is never written by a later call; a dropped one is reused, with the new result."""
+    model = _softmax_rows(301, 13)  # awkward sizes: no vector mode, a scalar tail
+    exe = ncd.compile(model, "opencl")
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((301, 13)).astype(np.float32) for _ in range(6)]
+    want = [ncd.run(model, x) for x in xs]
+    held = exe(xs[0])
+    view = exe(xs[1])[2:]  # only a view of the second output survives
+    box = [exe(xs[2])]
+    first = exe(xs[3])
+    address = first.ctypes.data
+    del first  # dropped: its memory may serve the next call
+    again = exe(xs[4])
+    assert exe.outputs_reused >= 1
+    assert again.ctypes.data == address or exe.outputs_reused > 1
+    np.testing.assert_allclose(held, want[0], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(view, want[1][2:], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(box[0], want[2], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(again, want[4], rtol=1e-5, atol=1e-7)
+    torch = pytest.importorskip("torch")
+    tensor = torch.from_numpy(exe(xs[5]))  # the tensor keeps the array alive
+    for x in xs[:3]:
+        exe(x)
+    np.testing.assert_allclose(tensor.numpy(), want[5], rtol=1e-5, atol=1e-7)
+
+
+def test_reuse_outputs_false_allocates_every_output() -> None:
+    model = _softmax_rows(7, 16)
+    exe = ncd.compile(model, "opencl", reuse_outputs=False)
+    x = np.ones((7, 16), np.float32)
+    for _ in range(4):
+        out = exe(x)
+    del out
+    assert exe.outputs_reused == 0
+
+
+def test_pool_reuses_in_a_steady_loop_and_keeps_results_apart() -> None:
+    model = _softmax_rows(7, 16)
+    exe = ncd.compile(model, "opencl")
+    rng = np.random.default_rng(2)
+    results = []
+    for n in range(5):
+        x = rng.standard_normal((7, 16)).astype(np.float32)
+        y = exe(x)  # the previous y is still held while this call runs
+        np.testing.assert_allclose(y, ncd.run(model, x), rtol=1e-5, atol=1e-7)
+        results.append((x, y.copy()))
+    assert exe.outputs_reused >= 2  # the loop alternates between two arrays
+    for x, y in results:
+        np.testing.assert_allclose(y, ncd.run(model, x), rtol=1e-5, atol=1e-7)

@@ -19,6 +19,7 @@ seen; elsewhere they are uploaded again whenever their contents differ from the 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections import OrderedDict
 from typing import Any, ClassVar
@@ -198,6 +199,7 @@ class Compiled:
         plan: Any = None,
         wide: bool = False,
         max_sizes: int = 8,
+        reuse_outputs: bool = True,
     ) -> None:
         import pyopencl as cl
 
@@ -232,6 +234,7 @@ class Compiled:
         functions = {k.name: cl.Kernel(self.program, k.name) for k in self.gen.kernels if k.text}
         self.launches = [(functions[k.name], k) for k in self.gen.kernels]
         self.zero_copy = bool(self.device.host_unified_memory)
+        self.pool = OutputPool(enabled=reuse_outputs)
 
     def _allocate(self, graph: Graph) -> dict[int, Any]:
         import pyopencl as cl
@@ -391,7 +394,7 @@ class Compiled:
         outs: list[np.ndarray] = []
         first: dict[int, int] = {}  # value -> the first output slot holding it
         for k, v in enumerate(g.outputs):
-            host = out[k] if out is not None else np.empty(g.shape(v), dtype=_dtype(g, v))
+            host = out[k] if out is not None else self.pool.take(k, g.shape(v), _dtype(g, v))
             if (
                 v in values
                 and v not in g.inputs
@@ -423,6 +426,52 @@ class Compiled:
             if first[v] != k:
                 outs[k][...] = outs[first[v]]
         return outs
+
+
+class OutputPool:
+    """Output arrays an executable hands out again once their caller has let go of them.
+
+    A fresh 64 MiB ``numpy.empty`` pays a page fault per 4 KiB page on its first write (the
+    allocator returns large blocks to the OS when they are freed), which on a memory-bound
+    kernel costs as much as the kernel. So the executable keeps the arrays it returned (at most
+    ``keep`` per output slot) and reuses one only when nothing but the pool refers to it any
+    more: no variable, container, view (``.base``), ``torch.from_numpy`` tensor or memoryview
+    of the caller's. An array the caller still holds is never written again; once the caller
+    drops every reference its memory may hold a later call's output. (Only a raw pointer taken
+    with ``arr.ctypes.data`` and kept past the array's lifetime escapes this rule, as it does
+    for any NumPy array.) ``reuse_outputs=False`` allocates every output afresh."""
+
+    def __init__(self, enabled: bool = True, keep: int = 2, shapes: int = 16) -> None:
+        self.enabled, self.keep, self.shapes = enabled, keep, shapes
+        # (slot, shape, dtype) -> arrays handed out; least recently used shapes dropped
+        self.slots: OrderedDict[tuple[int, tuple[int, ...], str], list[np.ndarray]]
+        self.slots = OrderedDict()
+        self.reused = 0  # outputs served from the pool (for tests and benchmarks)
+
+    def take(self, slot: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        if not self.enabled:
+            return np.empty(shape, dtype=dtype)
+        key = (slot, tuple(shape), np.dtype(dtype).str)
+        kept = self.slots.setdefault(key, [])
+        self.slots.move_to_end(key)
+        for n in range(len(kept)):
+            if sys.getrefcount(kept[n]) <= _ONLY_LISTED:
+                self.reused += 1
+                return kept[n]
+        arr = np.empty(shape, dtype=dtype)
+        if arr.nbytes:  # (an empty array faults nothing)
+            kept.append(arr)
+            del kept[: -self.keep]
+        while len(self.slots) > self.shapes:
+            self.slots.popitem(last=False)
+        return arr
+
+
+#: ``sys.getrefcount(kept[n])`` of an object only a list refers to (measured, not assumed:
+#: the count of the call's own argument differs between Python versions)
+_PROBE = [object()]
+_ONLY_LISTED = sys.getrefcount(_PROBE[0])
+del _PROBE
 
 
 def _dtype(g: Graph, v: int) -> Any:
@@ -489,6 +538,7 @@ class OpenCLExecutable(Executable):
         plan: Any = None,
         specialise: bool = False,
         wide: bool | None = None,
+        reuse_outputs: bool = True,
     ) -> None:
         from ncd.errors import SizeError
 
@@ -508,6 +558,7 @@ class OpenCLExecutable(Executable):
         self.max_builds = max_builds
         self.specialise = bool(specialise)
         self.wide = wide
+        self.reuse_outputs = bool(reuse_outputs)
         self._built: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
         self._builds = 0
         self._last: Compiled | None = None
@@ -527,6 +578,11 @@ class OpenCLExecutable(Executable):
     def kernel_count(self) -> int:
         """Kernels launched by one call (of the build the last call used; 0 before any)."""
         return 0 if self._last is None else len(self._last.launches)
+
+    @property
+    def outputs_reused(self) -> int:
+        """Output arrays served again from the builds' pools (``OutputPool``) so far."""
+        return sum(b.pool.reused for b in self._built.values())
 
     def _build(self, key: tuple[Any, ...], make: Any) -> Compiled:
         hit = self._built.get(key)
@@ -559,7 +615,9 @@ class OpenCLExecutable(Executable):
                 self._free_axes = tuple(a for a in model.axes if a.size is None and run_time)
             if not self._free_axes:
                 key = tuple((a.uid, graph.size(a)) for a in graph.axes)
-                self._last = self._build(key, lambda: Compiled(graph, *self.options))
+                self._last = self._build(
+                    key, lambda: Compiled(graph, *self.options, reuse_outputs=self.reuse_outputs)
+                )
                 return self._last
             sizes = tuple(int(graph.size(a) or 0) for a in self._free_axes)
             routed = self._routes.get(sizes)
@@ -600,7 +658,16 @@ class OpenCLExecutable(Executable):
     def _free(self, model: Graph, wide: bool) -> Compiled:
         device, fast_math, fuse, tiled, local_memory, plan = self.options
         return Compiled(
-            model, device, fast_math, fuse, tiled, local_memory, plan, wide, self.max_builds
+            model,
+            device,
+            fast_math,
+            fuse,
+            tiled,
+            local_memory,
+            plan,
+            wide,
+            self.max_builds,
+            self.reuse_outputs,
         )
 
     def __call__(self, *inputs: Any, params: Any = None, out: Any = None) -> Any:
@@ -633,7 +700,9 @@ class OpenCLBackend(Backend):
         the model's own with its free sizes), ``specialise`` (build once per distinct set of
         sizes with every size a constant, instead of one build taking free sizes as kernel
         arguments), ``wide`` (64-bit indices: None, when a call's arrays need them (a second
-        build); True, always; False, never: such a call is a ``SizeError``)."""
+        build); True, always; False, never: such a call is a ``SizeError``),
+        ``reuse_outputs`` (default True: an output array the caller no longer refers to is
+        reused for a later call's output instead of a fresh allocation, see ``OutputPool``)."""
         return OpenCLExecutable(model, **options)
 
     def plan(self, graph: Any, *, tiles: Any = None, **options: Any) -> Any:
