@@ -214,6 +214,31 @@ def _configure_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=2)
 
 
+def _configure_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--targets", nargs="+", default=["torch"], help="backends; the first is the base"
+    )
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--val-every", type=int, default=50, help="0: only at the end")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from ncd.training import train_char_gpt
+
+    train_char_gpt(
+        args.targets, steps=args.steps, layers=args.layers, d_model=args.d_model,
+        heads=args.heads, seq=args.seq, batch=args.batch, val_every=args.val_every,
+        seed=args.seed,
+    )  # fmt: skip
+    return 0
+
+
 def _configure_json(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     p.add_argument("-o", "--output")
@@ -244,6 +269,12 @@ CORE_COMMANDS = (
         _cmd_explain,
     ),
     Command("json", "write a model as interchange JSON", _configure_json, _cmd_json),
+    Command(
+        "train",
+        "train a character-level GPT on CPython's help text on one or more backends",
+        _configure_train,
+        _cmd_train,
+    ),
     Command(
         "compile",
         "compile a model for a backend: MODEL --target NAME, then that "
