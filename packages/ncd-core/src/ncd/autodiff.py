@@ -442,6 +442,14 @@ def _unary_slope(t: Tape, fn: str, x: int, y: int) -> int:
         return t.sc("mul", x, 2.0)
     if fn == "recip":
         return t.u("neg", t.u("square", y))
+    if fn == "cos":
+        return t.u("neg", t.u("sin", x))
+    if fn == "sin":
+        return t.u("cos", x)
+    if fn == "atan":
+        return t.u("recip", t.sc("add", t.u("square", x), 1.0))
+    if fn == "asinh":
+        return t.u("rsqrt", t.sc("add", t.u("square", x), 1.0))
     raise NoGradRuleError(
         f"ncd.grad: unary {fn!r} has no gradient rule. Fix: add it to ncd.autodiff._unary_slope."
     )

@@ -85,6 +85,10 @@ UNARY: dict[str, Callable[[Array], Array]] = {
     "tanh": np.tanh,
     "square": np.square,
     "recip": lambda x: 1.0 / x,
+    "cos": np.cos,
+    "sin": np.sin,
+    "atan": np.arctan,
+    "asinh": np.arcsinh,
 }
 BINARY: dict[str, Callable[[Any, Any], Array]] = {
     "add": np.add,

@@ -213,6 +213,7 @@ def _cases() -> list[Case]:
             int_inputs=(0,),
         )
     )
+    cs.extend(_indexing_cases())
     cs.append(Case("dropout_inference", lambda: ops.dropout(0.5).over(_a("r", 7))))
     cs.append(Case("view_split", lambda: ops.rearrange("s (h e) -> s h e", s=7, h=3, e=5)))
     cs.append(Case("view_merge_permute", lambda: ops.rearrange("a b c -> (c a) b", a=3, b=7, c=5)))
@@ -284,6 +285,32 @@ def _cases() -> list[Case]:
         )
     )
     return cs
+
+
+def _indexing_cases() -> list[Case]:
+    """Selects, slices, concatenations and rotary embeddings at sizes of 1, odd and awkward."""
+
+    def where() -> Term:
+        r, c = _a("r", 7), _a("c", 13)
+        return identity((r, c), (c,), (r, c)) >> ops.where()
+
+    def concat(n: int, m: int) -> Term:
+        r, a, b = _a("r", 7), _a("a", n), _a("b", m)
+        return identity((r, a), (b,)) >> ops.concat("a, b -> c", a=a, b=b, c=n + m)
+
+    def rotary(s: int, d: int) -> Term:
+        return ops.rotary(_a("s", s), _a("d", d)).over(_a("h", 3))
+
+    return [
+        Case("where_broadcast", where, tags=frozenset({"elementwise"})),
+        Case("slice_13_5_7", lambda: ops.slice(_a("d", 13), "e", start=5, e=7).over(_a("r", 7))),
+        Case("slice_1", lambda: ops.slice(_a("d", 1), "e", e=1).over(_a("r", 13))),
+        Case("concat_7_13", functools.partial(concat, 7, 13)),
+        Case("concat_1_1", functools.partial(concat, 1, 1)),
+        Case("rotary_13x8", functools.partial(rotary, 13, 8)),
+        Case("rotary_1x2", functools.partial(rotary, 1, 2)),
+        Case("rotary_301x6", functools.partial(rotary, 301, 6)),
+    ]
 
 
 def _unary_case(fn: str) -> Term:

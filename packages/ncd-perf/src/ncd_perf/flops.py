@@ -16,6 +16,7 @@ import sympy as sp
 
 from ncd.graph import Node
 from ncd.op import Op, registrar
+from ncd.primitives import indexing as X
 from ncd.primitives import library as L
 from ncd.primitives import routing as R
 from ncd.walk import rule_for
@@ -27,7 +28,10 @@ FlopRule = Callable[[Any, Node, Size], dict[str, sp.Expr]]
 
 FLOP_RULES: dict[type[Op], FlopRule] = {}
 
-SPECIAL_UNARY = {"exp", "log", "sqrt", "rsqrt", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"}
+SPECIAL_UNARY = {
+    *("exp", "log", "sqrt", "rsqrt", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"),
+    *("cos", "sin", "atan", "asinh"),
+}
 
 
 #: ``@rule(OpClass, ...)`` registers a FLOP rule.
@@ -100,6 +104,24 @@ def _norm(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
 @rule(L.View, L.Constant, L.Learned, L.Embedding)
 def _free(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
     return {}
+
+
+@rule(X.Where)
+def _where(op: X.Where, node: Node, size: Size) -> dict[str, sp.Expr]:
+    return {"vector": _out(node, size)}  # one compare-and-select per element
+
+
+@rule(X.Slice, X.Concat)
+def _moved(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
+    return {}  # elements move (their bytes count where they are read), nothing is computed
+
+
+@rule(X.Rotary)
+def _rotary(op: X.Rotary, node: Node, size: Size) -> dict[str, sp.Expr]:
+    n = _out(node, size)
+    # per element: the angle (a multiply), two products and a sum; a cos and a sin per
+    # (position, feature), shared by the lifted instances when a backend keeps the table
+    return {"vector": 4 * n, "special": 2 * n}
 
 
 @rule(R.TopKGate)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Fill", "causal_mask", "l2norm", "linear_nd", "rmsnorm"]
+__all__ = ["Fill", "causal_mask", "concat", "l2norm", "linear_nd", "rmsnorm", "rotary", "where"]
 
 
 def linear_nd(
@@ -45,6 +45,30 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, n: int, eps: float) ->
     dims = tuple(range(-n, 0))
     y = x / torch.sqrt(torch.mean(x * x, dim=dims, keepdim=True) + eps)
     return y if weight is None else y * weight
+
+
+def where(cond: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``x`` where ``cond`` is true (nonzero; NaN counts as true), else ``y``."""
+    return torch.where(cond if cond.dtype == torch.bool else cond != 0, x, y)
+
+
+def concat(*xs: torch.Tensor) -> torch.Tensor:
+    """The inputs joined along the last dim, their leading dims broadcast first."""
+    lead = torch.broadcast_shapes(*(x.shape[:-1] for x in xs))
+    return torch.cat([x.expand(*lead, x.shape[-1]) for x in xs], dim=-1)
+
+
+def rotary(x: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotary position embedding over the last two dims ``[seq, d]`` (rotate-half layout):
+    ``x cos(t f) + rotate_half(x) sin(t f)``, ``f_j = base ** (-2 (j mod d/2) / d)``."""
+    n, d = x.shape[-2], x.shape[-1]
+    h = d // 2
+    j = torch.arange(d, device=x.device, dtype=torch.float64) % h
+    freqs = base ** (-2.0 * j / d)
+    t = torch.arange(n, device=x.device, dtype=torch.float64)
+    angles = t[:, None] * freqs[None, :]
+    turned = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+    return x * angles.cos().to(x.dtype) + turned * angles.sin().to(x.dtype)
 
 
 class Fill(torch.nn.Module):

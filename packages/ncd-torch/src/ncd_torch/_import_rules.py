@@ -69,6 +69,10 @@ ACTIVATIONS = {
     "aten.rsqrt": "rsqrt",
     "aten.abs": "abs",
     "aten.log": "log",
+    "aten.cos": "cos",
+    "aten.sin": "sin",
+    "aten.atan": "atan",
+    "aten.asinh": "asinh",
 }
 ARITH = {
     "aten.add": "add",

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ncd.errors import SizeError
 from ncd.op import registrar
+from ncd.primitives import indexing as X
 from ncd.primitives import library as L
 from ncd_torch import _functional as fn
 
@@ -52,6 +53,10 @@ UNARY: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "tanh": (torch.tanh, {}),
     "square": (torch.square, {}),
     "recip": (torch.reciprocal, {}),
+    "cos": (torch.cos, {}),
+    "sin": (torch.sin, {}),
+    "atan": (torch.atan, {}),
+    "asinh": (torch.asinh, {}),
 }
 BINARY: dict[str, Callable[..., Any]] = {
     "add": operator.add,
@@ -219,3 +224,23 @@ def _constant(op: L.Constant, xs: list[Node], ps: dict[str, Node], em: Emitter) 
 def _learned(op: L.Learned, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
     # a Parameter (``ncd.grad``'s view of another op's weight or bias) names which one it is
     return [ps[getattr(op, "param", "weight")]]
+
+
+@torch_rule(X.Where)
+def _where(op: X.Where, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [em.call(fn.where, xs[0], xs[1], xs[2])]
+
+
+@torch_rule(X.Slice)
+def _slice(op: X.Slice, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [em.call(torch.narrow, xs[0], -1, op.start, em.size(op.out))]
+
+
+@torch_rule(X.Concat)
+def _concat(op: X.Concat, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [em.call(fn.concat, *xs)]
+
+
+@torch_rule(X.Rotary)
+def _rotary(op: X.Rotary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [em.call(fn.rotary, xs[0], op.base)]

@@ -16,6 +16,7 @@ from ncd.axis import Axis
 from ncd.codegen.layout import Size
 from ncd.codegen.lower import KernelGen
 from ncd.graph import Node
+from ncd.primitives import indexing as X
 from ncd.primitives import library as L
 
 __all__ = ["BINARY_C", "CODEGEN_RULES", "UNARY_C", "Rule", "codegen_rule"]
@@ -57,6 +58,10 @@ UNARY_C: dict[str, F] = {
     "tanh": lambda g, x: f"{g.fn('tanh')}({x})",
     "square": lambda g, x: f"({x} * {x})",
     "recip": lambda g, x: f"({g.lit(1.0)} / {x})",
+    "cos": lambda g, x: f"{g.fn('cos')}({x})",
+    "sin": lambda g, x: f"{g.fn('sin')}({x})",
+    "atan": lambda g, x: f"{g.fn('atan')}({x})",
+    "asinh": lambda g, x: f"{g.fn('asinh')}({x})",
 }
 B = Callable[[KernelGen, str, str], str]
 BINARY_C: dict[str, B] = {
@@ -357,3 +362,68 @@ def _learned(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 @codegen_rule(L.Parameter)
 def _parameter(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     return gen.param(node, node.op.param, index)  # type: ignore[attr-defined]
+
+
+@codegen_rule(X.Where)
+def _where(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    c, x, y = (_ins(gen, node, index, k) for k in range(3))
+    # NaN != 0 holds in C as in NumPy: a NaN condition selects x
+    return f"(({c}) != 0 ? ({x}) : ({y}))"
+
+
+def _clamp(i: str, low: Size | str, high: Size | str) -> str:
+    """``i`` clamped into ``[low, high]``: a select's unselected operand still reads in bounds."""
+    return f"(({i}) < {low} ? {low} : ({i}) > {high} ? {high} : ({i}))"
+
+
+@codegen_rule(X.Slice)
+def _slice(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: X.Slice = node.op  # type: ignore[assignment]
+    env = {a: e for a, e in index.items() if a != op.out}
+    env[op.axis] = f"({index[op.out]} + {op.start})" if op.start else index[op.out]
+    return _ins(gen, node, env)
+
+
+@codegen_rule(X.Concat)
+def _concat(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: X.Concat = node.op  # type: ignore[assignment]
+    i = gen.let(index[op.out], "cat", gen.itype)
+    rest = {a: e for a, e in index.items() if a != op.out}
+    parts: list[tuple[str, str]] = []
+    start: Size | str = 0
+    for k, a in enumerate(op.axes_):
+        n = gen.size(a)
+        local = i if isinstance(start, int) and start == 0 else f"({i} - {start})"
+        parts.append(
+            (f"{i} < {start} + {n}", _ins(gen, node, {**rest, a: _clamp(local, 0, f"{n} - 1")}, k))
+        )
+        start = n if isinstance(start, int) and start == 0 else f"({start} + {n})"
+    expr = parts[-1][1]
+    for cond, value in reversed(parts[:-1]):
+        expr = f"({cond} ? ({value}) : {expr})"
+    return expr
+
+
+@codegen_rule(X.Rotary)
+def _rotary(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: X.Rotary = node.op  # type: ignore[assignment]
+    d = gen.size(op.d)
+    h = d // 2 if isinstance(d, int) else f"({d} / 2)"
+    j = gen.let(index[op.d], "j", gen.itype)
+    low = gen.let(f"({j} < {h})", "low", "int")
+    partner = gen.let(f"({low} ? {j} + {h} : {j} - {h})", "pair", gen.itype)
+    # f_j = base ** (-2 (j mod h) / |d|) = exp((j mod h) * (-2 ln(base) / |d|))
+    step = (
+        gen.lit(-2.0 * math.log(op.base) / d)
+        if isinstance(d, int)
+        else f"({gen.lit(-2.0 * math.log(op.base))} / ({gen.ctype}){d})"
+    )
+    angle = gen.let(
+        f"({gen.ctype})({index[op.seq]}) * {gen.fn('exp')}(({gen.ctype})({low} ? {j} : {j} - {h})"
+        f" * {step})",
+        "angle",
+    )
+    x = _ins(gen, node, index)
+    other = _ins(gen, node, {**index, op.d: partner})
+    turned = gen.let(f"({low} ? -({other}) : ({other}))", "turn")
+    return f"(({x}) * {gen.fn('cos')}({angle}) + {turned} * {gen.fn('sin')}({angle}))"

@@ -13,6 +13,7 @@ from ncd._term import Prim, Term, call_site
 from ncd.axis import Axis, AxisLike, show
 from ncd.errors import DefinitionError
 from ncd.op import OP_KINDS, Op, Param, Product, register_op
+from ncd.primitives.indexing import Concat, Rotary, Slice, Where
 from ncd.primitives.library import (
     BINARY_FNS,
     REDUCE_FNS,
@@ -45,6 +46,7 @@ __all__ = [
     "Binary",
     "Cast",
     "CausalMask",
+    "Concat",
     "Constant",
     "Dropout",
     "Einsum",
@@ -58,17 +60,24 @@ __all__ = [
     "Product",
     "RMSNorm",
     "Reduce",
+    "Rotary",
     "Scalar",
     "Scale",
+    "Slice",
     "Softmax",
     "Unary",
     "View",
+    "Where",
     "abs",
     "add",
+    "asinh",
+    "atan",
     "binary",
     "cast",
     "causal_mask",
+    "concat",
     "constant",
+    "cos",
     "div",
     "dropout",
     "einsum",
@@ -97,11 +106,14 @@ __all__ = [
     "relu",
     "rename",
     "rmsnorm",
+    "rotary",
     "rsqrt",
     "scalar",
     "scale",
     "sigmoid",
     "silu",
+    "sin",
+    "slice",
     "softmax",
     "sqrt",
     "square",
@@ -109,6 +121,7 @@ __all__ = [
     "sum",
     "tanh",
     "unary",
+    "where",
 ]
 
 
@@ -272,6 +285,10 @@ tanh = _unary_ctor("tanh")
 square = _unary_ctor("square")
 recip = _unary_ctor("recip")
 gelu_tanh = _unary_ctor("gelu_tanh")
+cos = _unary_ctor("cos")
+sin = _unary_ctor("sin")
+atan = _unary_ctor("atan")
+asinh = _unary_ctor("asinh")
 
 
 def gelu(*, approximate: str = "none", name: str = "") -> Term:
@@ -477,3 +494,42 @@ def rename(src: AxisLike, dst: AxisLike, *, name: str = "") -> Term:
     n = _Names({})
     a, b = n.axis(src), n.axis(dst)
     return prim(View((a,), (b,), ((a,),), ((a,),), (), name=name))
+
+
+def where(*, name: str = "") -> Term:
+    """``cond ? x : y`` elementwise, fed ``(cond, x, y)``: ``x`` where ``cond`` is true (a
+    bool, or nonzero), else ``y``, broadcast over the union of their axes."""
+    return prim(Where(name=name))
+
+
+def slice(
+    src: AxisLike, dst: AxisLike, *, start: int = 0, name: str = "", **axes: AxisLike | int
+) -> Term:
+    """``x[start : start + |dst|]`` along ``src``, as the new axis ``dst``:
+    ``ops.slice("d", "half", start=16, half=16)``."""
+    n = _Names(axes)
+    return prim(Slice(n.axis(src), n.axis(dst), start, name=name))
+
+
+def concat(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:
+    """Join the inputs end to end along one axis: ``ops.concat("a, b -> c")`` reads one input
+    indexed by ``a`` and one by ``b`` and writes ``c`` (|c| = |a| + |b|)."""
+    left, right = _arrow("concat", spec, "a, b -> c")
+    n = _Names(axes)
+    ins = [n.axes(part) for part in left.split(",")]
+    out = n.axes(right)
+    if any(len(g) != 1 for g in ins) or len(out) != 1:
+        raise DefinitionError(
+            f"concat spec {spec!r} needs one axis per input and one result axis. Fix: write "
+            "it like 'a, b -> c'."
+        )
+    return prim(Concat(tuple(g[0] for g in ins), out[0], name=name))
+
+
+def rotary(
+    seq: AxisLike = "seq", d: AxisLike = "d_head", *, base: float = 10000.0, name: str = ""
+) -> Term:
+    """Rotary position embedding over ``[seq d]`` (Llama's rotate-half layout): feature ``j``
+    and ``j + |d|/2`` of position ``t`` turn by ``t * base ** (-2j/|d|)``."""
+    n = _Names({})
+    return prim(Rotary(n.axis(seq), n.axis(d), base, name=name))

@@ -65,6 +65,10 @@ UNARY_FNS = (
     "tanh",
     "square",
     "recip",
+    "cos",
+    "sin",
+    "atan",
+    "asinh",
 )
 BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow")
 REDUCE_FNS = ("sum", "max", "mean", "min")

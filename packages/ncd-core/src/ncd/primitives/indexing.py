@@ -1,0 +1,244 @@
+"""Ops that read a value at other indices than the one they write, or choose between values:
+``Where`` (a select on a condition), ``Slice`` and ``Concat`` along one axis, and ``Rotary``
+(rotary position embedding), with their reference rules and streaming roles.
+
+A slice's or a concatenation's output is an axis of its own (its size differs from the
+input's), as a split of a view is: composition binds it like any other axis.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+import numpy as np
+
+from ncd.axis import Axis
+from ncd.dtypes import DType
+from ncd.dtypes import dtype as to_dtype
+from ncd.errors import DefinitionError, SizeError
+from ncd.op import Op, Signature, axes_field, axis_field, count_field, number_field, register_op
+from ncd.reference import Context, reference_rule
+from ncd.streaming import ROLE_RULES
+
+__all__ = ["Concat", "Rotary", "Slice", "Where", "rotary_angles"]
+
+
+@register_op
+@attrs.frozen
+class Where(Op):
+    """``x`` where ``cond`` is true (nonzero), else ``y``, elementwise over the union of the
+    three inputs' axes (the seed's ternary ``cond ? x : y``). NaN in ``cond`` counts as true,
+    as in NumPy and torch."""
+
+    kind: ClassVar[str] = "where"
+    category: ClassVar[str] = "elementwise"
+
+    def signature(self) -> Signature:
+        return ((), (), ()), ((),)
+
+    def in_dtypes(self) -> tuple[str, ...]:
+        return ("bool", self.format, self.format)
+
+    def accepts(self, k: int, dtype: str) -> bool:
+        if k == 0:
+            return True  # a condition of any type: bool, a 0/1 float mask, integer ids
+        return to_dtype(dtype).kind == "float"
+
+    def float_format(self, in_dtypes: tuple[str, ...]) -> DType | None:
+        if self.dtype is not None:
+            return self.dtype
+        floats = [to_dtype(d) for d in in_dtypes[1:] if to_dtype(d).kind == "float"]
+        return floats[0] if floats else None
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        if self.dtype is not None:
+            return (self.dtype,)
+        return (self.float_format(in_dtypes) or to_dtype("float32"),)
+
+
+def _size(a: Axis) -> int | None:
+    return a.size if isinstance(a.size, int) else None
+
+
+@register_op
+@attrs.frozen
+class Slice(Op):
+    """``x[start : start + |out|]`` along ``axis``, as the new axis ``out``."""
+
+    kind: ClassVar[str] = "slice"
+    category: ClassVar[str] = "other"
+    axis: Axis = axis_field()
+    out: Axis = axis_field()
+    start: int = count_field(0, low=0)
+
+    def __attrs_post_init__(self) -> None:
+        if self.axis == self.out:
+            raise DefinitionError(
+                f"slice: the sliced axis and the result are one axis {self.axis.describe()}. "
+                "Fix: give the slice a new axis of the slice's length, e.g. "
+                "ops.slice('d', 'half', start=0, half=16)."
+            )
+        n, m = _size(self.axis), _size(self.out)
+        if n is not None and m is not None and self.start + m > n:
+            raise DefinitionError(
+                f"slice: [{self.start}:{self.start + m}] of {self.axis.describe()} ends past its "
+                f"size {n}. Fix: slice at most {max(n - self.start, 0)} elements from "
+                f"{self.start}, or start earlier."
+            )
+
+    def signature(self) -> Signature:
+        return ((self.axis,),), ((self.out,),)
+
+    def accepts(self, k: int, dtype: str) -> bool:
+        return True  # moves elements of any type
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        return in_dtypes
+
+    @property
+    def label(self) -> str:
+        return self.name or f"slice {self.start}:{self.start}+{self.out.name}"
+
+
+@register_op
+@attrs.frozen
+class Concat(Op):
+    """The inputs joined end to end along the new axis ``out``: input ``k`` is indexed by
+    ``axes_[k]`` and fills ``out`` from ``sum(|axes_[i]| for i < k)``."""
+
+    kind: ClassVar[str] = "concat"
+    category: ClassVar[str] = "other"
+    axes_: tuple[Axis, ...] = axes_field()
+    out: Axis = axis_field()
+
+    def __attrs_post_init__(self) -> None:
+        if not self.axes_:
+            raise DefinitionError("concat needs at least one input axis. Fix: pass 'a b -> c'.")
+        if len(set(self.axes_)) != len(self.axes_) or self.out in self.axes_:
+            raise DefinitionError(
+                f"concat: the axes {[a.describe() for a in (*self.axes_, self.out)]} must all "
+                "differ (each input's axis and the result are axes of their own). Fix: rename "
+                "an input's axis (ops.rename) before joining."
+            )
+        sizes = [_size(a) for a in self.axes_]
+        m = _size(self.out)
+        if m is not None and None not in sizes and sum(s or 0 for s in sizes) != m:
+            raise DefinitionError(
+                f"concat: {' + '.join(a.describe() for a in self.axes_)} = "
+                f"{sum(s or 0 for s in sizes)} elements do not fill {self.out.describe()}. "
+                "Fix: size the result axis as the sum of the inputs' sizes."
+            )
+
+    def signature(self) -> Signature:
+        return tuple((a,) for a in self.axes_), ((self.out,),)
+
+    def accepts(self, k: int, dtype: str) -> bool:
+        return True
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        return in_dtypes[:1]
+
+
+@register_op
+@attrs.frozen
+class Rotary(Op):
+    """Rotary position embedding (RoFormer, Su et al. 2021, eq. 34) in the rotate-half layout
+    of GPT-NeoX and Llama: with ``h = |d| / 2``, position ``t`` (the index along ``seq``) and
+    ``f_j = base ** (-2 (j mod h) / |d|)``,
+    ``y[t, j] = x[t, j] cos(t f_j) - x[t, j + h] sin(t f_j)`` for ``j < h`` and
+    ``y[t, j] = x[t, j] cos(t f_j) + x[t, j - h] sin(t f_j)`` for ``j >= h``."""
+
+    kind: ClassVar[str] = "rotary"
+    category: ClassVar[str] = "elementwise"
+    seq: Axis = axis_field()
+    d: Axis = axis_field()
+    base: float = number_field(10000.0, low=1.0, fix="pass a base above 1, such as 10000.0")
+
+    def __attrs_post_init__(self) -> None:
+        if self.seq == self.d:
+            raise DefinitionError(
+                f"rotary: positions and features are one axis {self.d.describe()}. Fix: pass "
+                "the sequence axis and the head-width axis."
+            )
+        n = _size(self.d)
+        if n is not None and n % 2:
+            raise DefinitionError(
+                f"rotary: {self.d.describe()} is odd; the rotation pairs feature j with "
+                f"j + |d|/2. Fix: give {self.d.name} an even size."
+            )
+
+    def signature(self) -> Signature:
+        return ((self.seq, self.d),), ((self.seq, self.d),)
+
+    @property
+    def label(self) -> str:
+        return self.name or "rope"
+
+
+def rotary_angles(n: int, d: int, base: float) -> np.ndarray:
+    """``t f_j`` over ``(n, d)``, in float64: the angles of ``Rotary``."""
+    h = d // 2
+    freqs = base ** (-2.0 * (np.arange(d) % h) / d)
+    return np.arange(n, dtype=np.float64)[:, None] * freqs[None, :]
+
+
+def _check_size(ctx: Context, a: Axis, n: int) -> None:
+    s = ctx.size(a)
+    if s != n:
+        raise SizeError(f"{a.describe()} has size {s} but its array has {n} elements")
+
+
+@reference_rule(Where)
+def _where(
+    op: Where, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context
+) -> list[np.ndarray]:
+    cond, x, y = xs
+    out = np.where(cond != 0, x, y) if cond.dtype != np.bool_ else np.where(cond, x, y)
+    return [out.astype(np.result_type(x, y), copy=False)]
+
+
+@reference_rule(Slice)
+def _slice(
+    op: Slice, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context
+) -> list[np.ndarray]:
+    x = xs[0]
+    m = ctx.size(op.out)
+    if op.start + m > x.shape[-1]:
+        raise SizeError(
+            f"slice: [{op.start}:{op.start + m}] of {op.axis.describe()} ends past its size "
+            f"{x.shape[-1]}. Fix: bind {op.axis.name} to at least {op.start + m}."
+        )
+    return [x[..., op.start : op.start + m]]
+
+
+@reference_rule(Concat)
+def _concat(
+    op: Concat, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context
+) -> list[np.ndarray]:
+    shape = np.broadcast_shapes(*(x.shape[:-1] for x in xs))
+    parts = [np.broadcast_to(x, (*shape, x.shape[-1])) for x in xs]
+    out = np.concatenate(parts, axis=-1)
+    _check_size(ctx, op.out, out.shape[-1])
+    return [out]
+
+
+@reference_rule(Rotary)
+def _rotary(
+    op: Rotary, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context
+) -> list[np.ndarray]:
+    x = xs[0]
+    n, d = x.shape[-2:]
+    angles = rotary_angles(n, d, op.base)
+    h = d // 2
+    turned = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+    out = x * np.cos(angles) + turned * np.sin(angles)
+    return [out.astype(x.dtype, copy=False)]
+
+
+# Streaming roles: a select keeps indices; a slice, a concatenation and the rotation read
+# other indices along their own axis (the rotation keeps positions).
+ROLE_RULES[Where] = lambda op, axis: "map"
+ROLE_RULES[Slice] = lambda op, axis: "whole" if axis in (op.axis, op.out) else "map"
+ROLE_RULES[Concat] = lambda op, axis: "whole" if axis in (*op.axes_, op.out) else "map"
+ROLE_RULES[Rotary] = lambda op, axis: "whole" if axis == op.d else "map"

@@ -1,0 +1,147 @@
+"""The reference of the select, slice, concatenation and rotary ops, and the trig functions of
+the unary table: against NumPy written out here, at sizes 1, 7, 13 and 301, with non-finite
+inputs, through JSON, and their errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ncd
+from ncd import ops
+from ncd._term import identity
+
+SIZES = (1, 7, 13, 301)
+RNG = np.random.default_rng(12)
+
+
+def _a(name: str, n: int) -> ncd.Axis:
+    return ncd.Axis(name, size=n)
+
+
+def _nonfinite(shape: tuple[int, ...]) -> np.ndarray:
+    x = RNG.standard_normal(shape)
+    flat = x.reshape(-1)
+    flat[:: max(1, flat.size // 3)] = np.inf
+    flat[1 :: max(2, flat.size // 2)] = np.nan
+    flat[-1] = -np.inf
+    return x
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fn", ["cos", "sin", "atan", "asinh"])
+@pytest.mark.parametrize("n", SIZES)
+def test_trig_matches_numpy_with_nonfinite_inputs(fn: str, n: int) -> None:
+    x = _nonfinite((n, 7))
+    got = ncd.run(ops.unary(fn).over(_a("r", n), _a("c", 7)), x)
+    want = {"cos": np.cos, "sin": np.sin, "atan": np.arctan, "asinh": np.arcsinh}[fn](x)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_where_selects_and_broadcasts(n: int) -> None:
+    r, c = _a("r", n), _a("c", 7)
+    cond = RNG.integers(0, 2, (n, 7)).astype(np.float64)
+    cond[0, 0] = np.nan  # NaN is true, as in NumPy and torch
+    x, y = _nonfinite((7,)), RNG.standard_normal((n, 7))
+    got = ncd.run(identity((r, c), (c,), (r, c)) >> ops.where(), cond, x, y)
+    np.testing.assert_array_equal(got, np.where(cond != 0, x[None, :], y))
+    assert got[0, 0] == x[0] or (np.isnan(got[0, 0]) and np.isnan(x[0]))
+
+
+def test_where_takes_a_bool_condition() -> None:
+    r = _a("r", 13)
+    cond = RNG.integers(0, 2, 13).astype(bool)
+    x, y = RNG.standard_normal(13), RNG.standard_normal(13)
+    got = ncd.run(identity((r,), (r,), (r,)) >> ops.where(), cond, x, y)
+    np.testing.assert_array_equal(got, np.where(cond, x, y))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_slice_reads_a_window(n: int) -> None:
+    start = n // 3
+    m = n - start
+    x = _nonfinite((5, n))
+    got = ncd.run(ops.slice(_a("d", n), "e", start=start, e=m).over(_a("r", 5)), x)
+    np.testing.assert_array_equal(got, x[:, start:])
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_concat_joins_end_to_end(n: int) -> None:
+    r, a, b = _a("r", 3), _a("a", n), _a("b", 7)
+    x, y = _nonfinite((3, n)), RNG.standard_normal(7)
+    model = identity((r, a), (b,)) >> ops.concat("a, b -> c", a=a, b=b, c=n + 7)
+    got = ncd.run(model, x, y)
+    np.testing.assert_array_equal(got, np.concatenate([x, np.broadcast_to(y, (3, 7))], -1))
+
+
+def _rope(x: np.ndarray, base: float) -> np.ndarray:
+    """RoFormer's rotation written pair by pair: (x_j, x_{j+h}) turns by t * base^(-2j/d)."""
+    n, d = x.shape[-2:]
+    h = d // 2
+    out = np.empty_like(x)
+    for t in range(n):
+        for j in range(h):
+            theta = t * base ** (-2.0 * j / d)
+            a, b = x[..., t, j], x[..., t, j + h]
+            out[..., t, j] = a * np.cos(theta) - b * np.sin(theta)
+            out[..., t, j + h] = b * np.cos(theta) + a * np.sin(theta)
+    return out
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("d", [2, 8])
+def test_rotary_is_the_pairwise_rotation(n: int, d: int) -> None:
+    x = RNG.standard_normal((3, n, d))
+    model = ops.rotary(_a("s", n), _a("e", d), base=500.0).over(_a("h", 3))
+    np.testing.assert_allclose(ncd.run(model, x), _rope(x, 500.0), rtol=1e-12, atol=1e-12)
+
+
+def test_rotary_keeps_norms_and_position_zero() -> None:
+    x = RNG.standard_normal((13, 16))
+    y = ncd.run(ops.rotary(_a("s", 13), _a("e", 16)), x)
+    np.testing.assert_array_equal(y[0], x[0])
+    np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1))
+
+
+def test_rotary_propagates_nonfinite_values_of_its_pair_only() -> None:
+    x = RNG.standard_normal((7, 4))
+    x[3, 1] = np.inf
+    y = ncd.run(ops.rotary(_a("s", 7), _a("e", 4)), x)
+    bad = ~np.isfinite(y)
+    assert bad[3, 1] and bad[3, 3] and bad.sum() == 2
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        lambda: ops.slice(_a("d", 13), "e", start=5, e=7).over(_a("r", 3)),
+        lambda: (
+            identity((_a("r", 3),), (_a("r2", 4),))
+            >> ops.concat("a, b -> c", a=_a("a", 3), b=_a("b", 4), c=7)
+        ),
+        lambda: ops.rotary(_a("s", 7), _a("e", 6), base=1234.5).over(_a("h", 2)),
+        lambda: identity((_a("r", 5),), (_a("r", 5),), (_a("r", 5),)) >> ops.where(),
+        lambda: ops.cos().over(_a("r", 5)) >> ops.asinh(),
+    ],
+    ids=["slice", "concat", "rotary", "where", "cos_asinh"],
+)
+def test_json_round_trip(model: object) -> None:
+    m = model()  # type: ignore[operator]
+    back = ncd.from_json(ncd.to_json(m))
+    xs = [RNG.standard_normal(m.graph.shape(v)) for v in m.graph.inputs]
+    np.testing.assert_array_equal(ncd.run(back, *xs), ncd.run(m, *xs))
+
+
+def test_errors_name_axes_sizes_and_the_fix() -> None:
+    with pytest.raises(ncd.DefinitionError, match=r"ends past its size 13.*Fix"):
+        ops.slice(_a("d", 13), "e", start=10, e=7)
+    with pytest.raises(ncd.DefinitionError, match=r"odd.*Fix: give e an even size"):
+        ops.rotary(_a("s", 7), _a("e", 5))
+    with pytest.raises(ncd.DefinitionError, match=r"do not fill c.*Fix"):
+        ops.concat("a, b -> c", a=3, b=4, c=8)
+    with pytest.raises(ncd.DefinitionError, match=r"one axis per input"):
+        ops.concat("a b -> c")
+    with pytest.raises(ncd.DefinitionError, match=r"Fix: give the slice a new axis"):
+        d = _a("d", 4)
+        ops.slice(d, d)
