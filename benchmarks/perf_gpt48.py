@@ -27,7 +27,7 @@ def main() -> None:
     print(f"{'build + lower the model':<28} {t1 - t0:>8.2f}")
     print(f"{'fusion plan':<28} {t2 - t1:>8.2f}")
     rows = []
-    for name in ("h100", "h200", "a100", "cpu", "this"):
+    for name in ("h100", "h200", "a100", "cpu", "host"):
         t = time.perf_counter()
         cost = ncd_perf.cost(graph, name, plan=plan)
         dt = time.perf_counter() - t

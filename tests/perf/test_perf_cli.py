@@ -73,16 +73,21 @@ def test_ncd_perf_unfused_parallel_and_bad_machine(capsys: pytest.CaptureFixture
     assert "unknown machine" in capsys.readouterr().err
 
 
-def test_calibrate_measures_and_writes_a_machine(
+def test_calibrate_shows_the_host_and_writes_it_as_a_machine_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import ncd_perf
 
     out = tmp_path / "here.toml"
-    assert main(["calibrate", "--size-mb", "8", "--n", "128", "-o", str(out)]) == 0
-    assert "GB/s" in capsys.readouterr().out
+    assert main(["calibrate", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "GB/s" in text and "write-allocate" in text and "erf" in text
+    assert ncd_perf.detect().model in text
     m = ncd_perf.load_machine(str(out))
-    assert m.levels[1].bandwidth > 1e8 and m.rate("matrix", "float32") > 1e8
+    host = ncd_perf.load_machine("host")
+    assert [lv.name for lv in m.levels] == [lv.name for lv in host.levels]
+    assert m.levels[1].bandwidth == host.levels[1].bandwidth
+    assert m.rate("erf", "float32") == host.rate("erf", "float32")
 
 
 def test_demo_step_prices_the_demo_gpt(capsys: pytest.CaptureFixture[str]) -> None:
@@ -91,5 +96,5 @@ def test_demo_step_prices_the_demo_gpt(capsys: pytest.CaptureFixture[str]) -> No
     (step,) = [s for s in registry().demo_steps if s.order == 40]
     step.run({"model": model, "unbound": gpt})
     out = capsys.readouterr().out
-    assert "performance model on h100" in out and "performance model on this" in out
+    assert "performance model on h100" in out and "performance model on host" in out
     assert "derived formulas" in out

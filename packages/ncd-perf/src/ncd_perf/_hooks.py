@@ -66,7 +66,7 @@ def ncd_register_commands() -> list[Command]:
         ),
         Command(
             "calibrate",
-            "measure this machine's memory bandwidth and FLOP rate (numpy)",
+            "detect this machine and show what ncd-perf measured of it (the machine 'host')",
             _configure_calibrate,
             _run_calibrate,
         ),

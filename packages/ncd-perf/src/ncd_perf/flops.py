@@ -2,8 +2,10 @@
 
 Kinds: ``matrix`` (contractions: tensor cores / FMA arrays), ``vector`` (elementwise arithmetic
 and reductions), ``special`` (transcendental functions: exp, tanh, sqrt... on special-function
-units). A rule gets the node and a function mapping an axis to its size expression, and returns
-``{kind: count}``; counts include the node's loop (lifted) axes.
+units), ``erf`` (the error function of exact GELU: an exp and a polynomial where there is no
+unit for it; a machine without an ``erf`` rate prices it as ``special``). A rule gets the node
+and a function mapping an axis to its size expression, and returns ``{kind: count}``; counts
+include the node's loop (lifted) axes.
 """
 
 from __future__ import annotations
@@ -29,9 +31,15 @@ FlopRule = Callable[[Any, Node, Size], dict[str, sp.Expr]]
 FLOP_RULES: dict[type[Op], FlopRule] = {}
 
 SPECIAL_UNARY = {
-    *("exp", "log", "sqrt", "rsqrt", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"),
+    *("exp", "log", "sqrt", "rsqrt", "gelu_tanh", "silu", "sigmoid", "tanh"),
     *("cos", "sin", "atan", "asinh"),
 }
+#: functions computed through the error function (``special`` on machines without its rate)
+ERF_UNARY = {"gelu", "erf"}
+
+
+def _kind(fn: str) -> str:
+    return "erf" if fn in ERF_UNARY else "special" if fn in SPECIAL_UNARY else "vector"
 
 
 #: ``@rule(OpClass, ...)`` registers a FLOP rule.
@@ -63,8 +71,7 @@ def _linear(op: L.Linear, node: Node, size: Size) -> dict[str, sp.Expr]:
 
 @rule(L.Unary)
 def _unary(op: L.Unary, node: Node, size: Size) -> dict[str, sp.Expr]:
-    kind = "special" if op.fn in SPECIAL_UNARY else "vector"
-    return {kind: _out(node, size)}
+    return {_kind(op.fn): _out(node, size)}
 
 
 @rule(L.Binary, L.Scalar, L.Scale, L.CausalMask, L.Dropout)
@@ -142,7 +149,7 @@ def _experts(op: R.Experts, node: Node, size: Size) -> dict[str, sp.Expr]:
     # each token runs only its k routed experts: two d x f matmuls each, plus the gate mix
     return {
         "matrix": tokens * k * 4 * d * f,
-        "special": tokens * k * f,
+        _kind(op.activation): tokens * k * f,
         "vector": tokens * k * (f + 3 * d),
     }
 

@@ -159,12 +159,13 @@ class KernelFormulas:
         have = {self.root(a) for a in axes}
         return sp.Mul(*(self.size(g) / tiles[g] for g in tiles if g not in have))
 
-    def transfers(self, unit: str = "elements") -> sp.Expr:
-        """H: elements (or bytes) moved between the level above and this one, in the tiles."""
+    def transfers(self, unit: str = "elements", kinds: tuple[str, ...] = ("in", "out")) -> sp.Expr:
+        """H: elements (or bytes) moved between the level above and this one, in the tiles;
+        ``kinds=("out",)`` counts only what is written."""
         tiles: dict[Axis, sp.Expr] = dict(self.tiles)
         total = sp.Integer(0)
         for axes, nbytes, kind in self.entries:
-            if kind in ("in", "out"):
+            if kind in kinds:
                 n = sp.Mul(*(self.size(a) for a in axes)) * self._reuse(axes, tiles)
                 total += n * (sp.Float(nbytes) if unit == "bytes" and nbytes != 1 else 1)
         return sp.expand(total) if unit == "elements" else total

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import sympy as sp
 
-__all__ = ["Level", "Link", "Machine", "load_machine", "machine_names"]
+__all__ = ["OVERLAPS", "Level", "Link", "Machine", "load_machine", "machine_names"]
 
 Number = Any  # int | float | sympy expression
 
@@ -34,6 +34,9 @@ class Level:
     bandwidth: Number = None  # bytes/s from the level above; None: not priced
     instances: int = 1
     unit: str = "bytes"  # or "elements"
+    #: what writing a byte costs in bytes read at this level's bandwidth: 2 where a store
+    #: first reads the line it writes (write-allocate), 1 where it does not
+    write_factor: float = 1.0
 
 
 @attrs.frozen
@@ -43,6 +46,25 @@ class Link:
     name: str
     bandwidth: float
     latency: float
+
+
+#: a FLOP kind a machine has no rate for is priced at the next kind's rate
+RATE_FALLBACK = {"erf": "special", "special": "vector"}
+
+
+def _family(dtype: str) -> str:
+    """The rate table's name for a format: ``float8_e4m3`` -> ``float8``; an unknown format is
+    an ``UnknownDTypeError`` naming the formats (``tfloat32`` is the TF32 matmul path)."""
+    if dtype == "tfloat32":
+        return dtype
+    from ncd.axis import dtype_bytes
+
+    dtype_bytes(dtype)  # raises UnknownDTypeError for a name that is no format
+    return dtype.split("_")[0]
+
+
+#: ``Machine.overlap`` and ``cost(overlap=)``
+OVERLAPS = ("max", "sum")
 
 
 def _levels(value: Any) -> tuple[Level, ...]:
@@ -67,6 +89,9 @@ class Machine:
     #: ``shared_per_block`` (reserved by the driver per block), ``register_unit`` (registers
     #: allocated per warp in multiples of it), ``warp``; empty for machines without SMs
     sm: Mapping[str, int] = attrs.field(factory=dict)
+    #: how a kernel's times per level and per op class combine: ``"max"`` (they overlap: the
+    #: roofline, ncd's default) or ``"sum"`` (they serialise, as the napkin paper writes it)
+    overlap: str = "max"
 
     @classmethod
     def two_level(
@@ -83,9 +108,13 @@ class Machine:
         return cls(name, (Level("slow"), Level("fast", cap, bandwidth, 1, unit)))
 
     def rate(self, kind: str, dtype: str) -> float | None:
-        """FLOP/s for ``kind`` in ``dtype``, falling back to float32 then to any listed rate."""
+        """Op/s for ``kind`` in ``dtype``. A kind the machine does not list falls back along
+        ``RATE_FALLBACK`` (``erf`` to ``special`` to ``vector``); within a kind, a dtype not
+        listed takes float32's rate (an unknown dtype is refused by ``cost``)."""
+        while kind not in self.compute and kind in RATE_FALLBACK:
+            kind = RATE_FALLBACK[kind]
         table = self.compute.get(kind) or self.compute.get("vector") or {}
-        for key in (dtype, "float32"):
+        for key in (dtype, _family(dtype), "float32"):
             if key in table:
                 return float(table[key])
         return float(max(table.values())) if table else None
@@ -127,8 +156,9 @@ _HERE = os.path.join(os.path.dirname(__file__), "machines")
 
 
 def machine_names() -> list[str]:
-    """Built-in machine names (files in ``ncd_perf/machines``)."""
-    return sorted(f[:-5] for f in os.listdir(_HERE) if f.endswith(".toml"))
+    """Built-in machine names: files in ``ncd_perf/machines``, and ``host`` (this system,
+    detected and calibrated: ``ncd_perf.host``)."""
+    return sorted([*(f[:-5] for f in os.listdir(_HERE) if f.endswith(".toml")), "host"])
 
 
 def _from_dict(data: Mapping[str, Any], fallback_name: str) -> Machine:
@@ -139,6 +169,7 @@ def _from_dict(data: Mapping[str, Any], fallback_name: str) -> Machine:
             lv.get("bandwidth"),
             int(lv.get("instances", 1)),
             lv.get("unit", "bytes"),
+            float(lv.get("write_factor", 1.0)),
         )
         for lv in data["levels"]
     )
@@ -153,18 +184,24 @@ def _from_dict(data: Mapping[str, Any], fallback_name: str) -> Machine:
         dict(data.get("sources", {})),
         data.get("description", ""),
         {k: int(v) for k, v in data.get("sm", {}).items()},
+        str(data.get("overlap", "max")),
     )
 
 
 def load_machine(spec: str | Machine) -> Machine:
-    """A machine by built-in name (``h100``, ``a100``, ``h200``, ``cpu``, ``this``) or from a
-    ``.toml`` / ``.json`` file with the same fields."""
+    """A machine by built-in name (``h100``, ``a100``, ``h200``, ``cpu``; ``host`` is this
+    system, detected and calibrated once per host) or from a ``.toml`` / ``.json`` file with
+    the same fields."""
     from ncd.errors import NcdError
 
     if isinstance(spec, Machine):
         return spec
-    aliases = {"h100_sxm": "h100", "h100-sxm": "h100", "dev": "this", "local": "this"}
+    aliases = {"h100_sxm": "h100", "h100-sxm": "h100", "this": "host", "local": "host"}
     name = aliases.get(spec.lower(), spec.lower())
+    if name == "host":
+        from ncd_perf.host import host_machine
+
+        return host_machine()
     path = os.path.join(_HERE, f"{name}.toml") if name in machine_names() else spec
     if not os.path.exists(path):
         raise NcdError(

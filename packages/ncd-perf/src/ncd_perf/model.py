@@ -23,7 +23,7 @@ from ncd.primitives import library as L
 from ncd_perf.distributed import Collective, collectives
 from ncd_perf.flops import flops
 from ncd_perf.formulas import KernelFormulas, size_function
-from ncd_perf.machine import Machine, load_machine
+from ncd_perf.machine import OVERLAPS, Machine, load_machine
 from ncd_perf.occupancy import Occupancy, occupancy
 from ncd_perf.tiles import TileChoice, choose_tiles
 
@@ -43,6 +43,8 @@ class LevelCost:
     fits: bool
     method: str
     time: float | None = None
+    #: the bytes of ``bytes`` that are written (charged the level's ``write_factor``)
+    written: sp.Expr = sp.Integer(0)
 
 
 @attrs.define
@@ -59,6 +61,9 @@ class KernelCost:
     #: residency per SM from the target's compiled resources (``cost(resources=)``); reported,
     #: not yet part of ``time`` (that needs a calibration on the GPU)
     occupancy: Occupancy | None = None
+    #: efficiency terms applied to the compute times, e.g. ``{"waves": 0.97}``: the share of
+    #: the GPU's block slots the last wave of instances leaves busy (wave quantisation)
+    efficiency: dict[str, float] = attrs.field(factory=dict)
 
     @property
     def transfers(self) -> sp.Expr:
@@ -166,6 +171,7 @@ def cost(
     plan: FusionPlan | None = None,
     resources: Mapping[str, Mapping[str, int]] | None = None,
     precision: str = "ieee",
+    overlap: str | None = None,
 ) -> ModelCost:
     """Price ``model`` on ``machine``.
 
@@ -176,7 +182,11 @@ def cost(
     renders); ``resources``: its compiled kernels' ``threads``/``registers``/``shared_bytes`` by
     kernel name (``Backend.resources``), for each kernel's ``occupancy``; ``precision="tf32"``:
     float32 matmuls run on the tensor cores' TF32 path (the machine's ``tfloat32`` matrix rate,
-    as torch's ``allow_tf32`` and cuBLAS do), ``"ieee"`` (default): full float32."""
+    as torch's ``allow_tf32`` and cuBLAS do), ``"ieee"`` (default): full float32.
+    ``overlap``: how a kernel's per-level and per-op-class times combine, ``"max"`` (they
+    overlap, the roofline) or ``"sum"`` (they serialise, the napkin paper's sum); default the
+    machine's ``overlap``."""
+    from ncd.axis import dtype_bytes
     from ncd.errors import DefinitionError
 
     if precision not in PRECISIONS:
@@ -184,7 +194,16 @@ def cost(
             f"ncd_perf.cost(precision={precision!r}): unknown precision. Fix: one of "
             f"{', '.join(PRECISIONS)}."
         )
+    if overlap is not None and overlap not in OVERLAPS:
+        raise DefinitionError(
+            f"ncd_perf.cost(overlap={overlap!r}): unknown overlap policy. Fix: one of "
+            f"{', '.join(OVERLAPS)} (max: levels and op classes overlap; sum: they add up)."
+        )
+    if dtype is not None:
+        dtype_bytes(dtype)  # an unknown format is an UnknownDTypeError naming the formats
     machine = load_machine(machine)
+    if overlap is not None:
+        machine = attrs.evolve(machine, overlap=overlap)
     graph = _graph(model, bind)
     if plan is None:
         plan = plan_fusion(graph) if fuse else unfused(graph)
@@ -295,6 +314,7 @@ def _given_tiles(f: KernelFormulas, level: int, levels: int) -> dict[sp.Symbol, 
 
 def _levels(f: KernelFormulas, machine: Machine) -> list[LevelCost]:
     h, hb = f.transfers("elements"), f.transfers("bytes")
+    hw = f.transfers("bytes", ("out",))
     out = []
     upper: dict[sp.Symbol, sp.Expr] | None = None
     n = len(machine.levels) - 1
@@ -325,6 +345,7 @@ def _levels(f: KernelFormulas, machine: Machine) -> list[LevelCost]:
                 sp.simplify(m.subs(vals)),
                 choice.fits,
                 choice.method,
+                written=hw.subs(vals),
             )
         )
         if all(isinstance(v, sp.Integer) for v in vals.values()):
@@ -343,8 +364,36 @@ def _number(x: sp.Expr) -> float | None:
 PRECISIONS = ("ieee", "tf32")
 
 
+def _waves(kc: KernelCost, machine: Machine) -> float:
+    """Wave quantisation on a GPU (a machine with ``sm`` limits): a kernel's ``N`` instances
+    (blocks, from the tiles at the first per-SM level) run in ``ceil(N / slots)`` waves of
+    ``slots = SMs x blocks per SM`` (``occupancy`` when known, else 1), so the compute units
+    are busy ``N / (waves x slots)`` of the time. 1 on other machines or with symbolic tiles."""
+    if not machine.sm:
+        return 1.0
+    per_sm = next((i for i, lv in enumerate(machine.levels) if lv.instances > 1), None)
+    if per_sm is None:
+        return 1.0
+    sms = machine.levels[per_sm].instances
+    level = next((lv for lv in kc.levels if lv.level == per_sm), None)
+    if level is None:
+        return 1.0
+    blocks = 1
+    for tile, size in kc.formulas.group_sizes().items():
+        t, n = _number(level.tiles.get(tile, size)), _number(size)
+        if t is None or n is None or t <= 0:
+            return 1.0
+        blocks *= -(-int(n) // max(1, int(t)))
+    slots = sms * max(1, kc.occupancy.blocks if kc.occupancy else 1)
+    waves = -(-blocks // slots)
+    return blocks / (waves * slots) if waves else 1.0
+
+
 def _roofline(kc: KernelCost, machine: Machine, precision: str = "ieee") -> None:
     parts: dict[str, float] = {}
+    waves = _waves(kc, machine)
+    if waves < 1.0:
+        kc.efficiency["waves"] = waves
     for kind, n in kc.flops.items():
         fmt = kc.dtype
         if precision == "tf32" and kind == "matrix" and fmt == "float32":
@@ -352,13 +401,14 @@ def _roofline(kc: KernelCost, machine: Machine, precision: str = "ieee") -> None
         rate, count = machine.rate(kind, fmt), _number(n)
         if rate is None or count is None:
             return
-        parts[f"{kind} compute"] = count / rate
+        parts[f"{kind} compute"] = count / rate / waves
     for lv, above, level in zip(kc.levels, machine.levels, machine.levels[1:], strict=False):
-        nbytes = _number(lv.bytes)
-        if nbytes is None:
+        nbytes, written = _number(lv.bytes), _number(lv.written)
+        if nbytes is None or written is None:
             return
         if level.bandwidth is not None:
-            lv.time = nbytes / float(level.bandwidth)
+            # a written byte costs write_factor bytes of the level's bandwidth (write-allocate)
+            lv.time = (nbytes + (level.write_factor - 1) * written) / float(level.bandwidth)
             parts[f"{above.name}->{level.name} bandwidth"] = lv.time
     comm = 0.0
     for c in kc.collectives:
@@ -368,14 +418,16 @@ def _roofline(kc: KernelCost, machine: Machine, precision: str = "ieee") -> None
         comm += t
     if not parts:
         return
-    # compute and memory traffic overlap (the roofline); collectives sit on the critical path
-    # between kernels (tensor-parallel all-reduce, MoE all-to-all), so they add.
+    # "max": compute and memory traffic overlap (the roofline); "sum": they serialise (the
+    # napkin paper's sum of the levels' times). Collectives sit on the critical path between
+    # kernels (tensor-parallel all-reduce, MoE all-to-all), so they add either way.
     kc.parts = dict(parts)
     local = max(parts, key=lambda k: parts[k])
-    if comm > parts[local]:
+    busy = sum(parts.values()) if machine.overlap == "sum" else parts[local]
+    if comm > busy:
         link = machine.interconnect.name if machine.interconnect else "link"
         kc.parts[f"collectives ({link})"] = comm
         kc.bottleneck = f"collectives ({link})"
     else:
         kc.bottleneck = local
-    kc.time = machine.launch_latency + parts[local] + comm
+    kc.time = machine.launch_latency + busy + comm
