@@ -48,6 +48,7 @@ from ncd.params import init
 from ncd.planning import plan
 from ncd.reference import run
 from ncd.serialize import from_json, to_json
+from ncd.tuning import tune
 from ncd.sizes import Config, SizeVar
 
 __version__ = "0.1.0"
@@ -121,4 +122,5 @@ __all__ = [
     "Schedule",
     "fuse",
     "plan",
+    "tune",
 ]

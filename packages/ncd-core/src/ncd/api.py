@@ -15,16 +15,43 @@ __all__ = ["compile", "export"]
 
 
 def compile(model: Any, target: str = "reference", **options: Any) -> Executable:
-    """An executable of ``model`` for ``target`` (``"reference"`` is built in)."""
+    """An executable of ``model`` for ``target`` (``"reference"`` is built in). ``tune=True``
+    (or a dict of ``ncd.tune`` options: ``budget``, ``candidates``, ``reps``, ``cache``...)
+    first searches the target's schedules on its device (``ncd.tune``, the tuning cache
+    answering for kernels tuned before) and compiles the winning plan; the executable's
+    ``tuning`` holds the report."""
     reg = registry()
     backend = reg.backend(target)
     owner = reg.owner("backend", target)
+    how = options.pop("tune", None)
+    if how is not None and how is not False:
+        return _tuned(model, target, how, options)
     exe = call(owner, f"backend {target!r}: compile", backend.compile, model, **options)
     if owner is not None and not owner.core:
         exe = AttributedExecutable(exe, owner, f"backend {target!r}: executable")
     pack = getattr(model, "pack_outputs", None)
     if callable(pack) and target != "reference":  # the reference's ncd.run packs by itself
         return PackedExecutable(exe, pack)
+    return exe
+
+
+def _tuned(model: Any, target: str, how: Any, options: dict[str, Any]) -> Executable:
+    from ncd.errors import ScheduleError
+    from ncd.tuning import tune
+
+    if how is not True and not isinstance(how, dict):
+        raise ScheduleError(
+            f"ncd.compile(tune={how!r}): expected True or a dict of ncd.tune options. Fix: "
+            "tune=True, or e.g. tune={'budget': 30}."
+        )
+    if options.get("plan") is not None:
+        raise ScheduleError(
+            "ncd.compile: both tune= and plan= were given; tuning chooses the plan. Fix: drop "
+            "one (a plan from ncd.tune(...).plan compiles as plan=)."
+        )
+    report = tune(model, target, **({} if how is True else how), **options)
+    exe = compile(model, target, **options, plan=report.plan)
+    exe.tuning = report  # type: ignore[attr-defined]
     return exe
 
 

@@ -239,6 +239,33 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_tune(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    p.add_argument("--target", default="opencl", help="a backend declaring 'tune' (opencl)")
+    p.add_argument("--budget", type=float, default=60.0, help="seconds of measuring")
+    p.add_argument("--candidates", type=int, default=6, help="measured per distinct kernel")
+    p.add_argument("--reps", type=int, default=5, help="launches per kernel and candidate")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from ncd.tuning import cache_dir, tune
+
+    model = load_model(args.model, args.bind)
+    report = tune(
+        model,
+        args.target,
+        budget=args.budget,
+        candidates=args.candidates,
+        reps=args.reps,
+        cache=not args.no_cache,
+    )
+    print(report)
+    if not args.no_cache:
+        print(f"tuning cache: {cache_dir()}")
+    return 0
+
+
 def _configure_json(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     p.add_argument("-o", "--output")
@@ -274,6 +301,12 @@ CORE_COMMANDS = (
         "train a character-level GPT on CPython's help text on one or more backends",
         _configure_train,
         _cmd_train,
+    ),
+    Command(
+        "tune",
+        "search a backend's kernel schedules on its device and cache the fastest",
+        _configure_tune,
+        _cmd_tune,
     ),
     Command(
         "compile",

@@ -686,8 +686,10 @@ class OpenCLExecutable(Executable):
 class OpenCLBackend(Backend):
     name = "opencl"
     # float64 runs where the device reports fp64 (refused with DTypeError elsewhere)
-    capabilities: ClassVar[frozenset[str]] = frozenset({*FORMATS, "fused", "plan"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({*FORMATS, "fused", "plan", "tune"})
     description = "fused OpenCL C kernels built with pyopencl (PoCL's CPU device by default)"
+    plan_options: ClassVar[frozenset[str]] = frozenset({"fuse", "tiled", "local_memory"})
+    tuning_machine: ClassVar[str | None] = "host"  # ncd-perf's machine for this host's CPU
 
     def compile(self, model: Any, **options: Any) -> Executable:
         """Options: ``device`` (index ``"P:D"`` or name substring), ``fast_math`` (default
@@ -726,6 +728,44 @@ class OpenCLBackend(Backend):
             bool(options.get("local_memory", False)),
             tiles,
         )
+
+
+    # -- the schedule space ``ncd.tune`` searches (``ncd_opencl.tuning``) ----------------------
+    def candidates(self, kernel: Any, **options: Any) -> list[Any]:
+        from ncd_opencl.tuning import candidates
+
+        return candidates(kernel, _local_memory(options))
+
+    def kernel_keys(self, plan: Any, **options: Any) -> list[str]:
+        from ncd_opencl.tuning import kernel_keys
+
+        return kernel_keys(plan, bool(options.get("tiled", True)), _local_memory(options))
+
+    def measure(
+        self, graph: Any, plan: Any, inputs: Any, params: Any, reps: int, **options: Any
+    ) -> tuple[Any, list[float]]:
+        from ncd_opencl.tuning import measure
+
+        return measure(graph, plan, inputs, params, reps, options)
+
+    def device_key(self, **options: Any) -> str:
+        from ncd_opencl.tuning import device_key
+
+        return device_key(options)
+
+
+def _local_memory(options: dict[str, Any]) -> bool:
+    """``local_memory`` as ``compile`` resolves it: given, else whether the device's local
+    memory is dedicated on-chip memory."""
+    given = options.get("local_memory")
+    if given is not None:
+        return bool(given)
+    import pyopencl as cl
+
+    from ncd_opencl.program import get_context
+
+    _, _, dev = get_context(options.get("device"))
+    return bool(dev.local_mem_type == cl.device_local_mem_type.LOCAL)
 
 
 class OpenCLSourceExporter(Exporter):

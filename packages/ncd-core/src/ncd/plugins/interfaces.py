@@ -10,6 +10,7 @@ import attrs
 
 __all__ = [
     "PLANS",
+    "TUNES",
     "Backend",
     "Command",
     "CostModel",
@@ -31,6 +32,9 @@ class Executable(abc.ABC):
 
 #: the capability of a backend that plans its own kernels (``Backend.plan``, ``ncd.plan``)
 PLANS = "plan"
+#: the capability of a backend whose schedule space ``ncd.tune`` searches (``Backend.candidates``,
+#: ``kernel_keys``, ``measure``, ``device_key``; needs ``PLANS`` too)
+TUNES = "tune"
 
 
 class Backend(abc.ABC):
@@ -44,6 +48,10 @@ class Backend(abc.ABC):
     capabilities: ClassVar[frozenset[str]] = frozenset()
     description: ClassVar[str] = ""
     override: ClassVar[bool] = False
+    #: the ``compile`` options that are options of ``plan`` (``ncd.tune`` passes them there)
+    plan_options: ClassVar[frozenset[str]] = frozenset()
+    #: the ncd-perf machine ``ncd.tune`` ranks this backend's candidates on (``None``: unranked)
+    tuning_machine: ClassVar[str | None] = None
 
     @abc.abstractmethod
     def compile(self, model: Any, **options: Any) -> Executable:
@@ -68,6 +76,31 @@ class Backend(abc.ABC):
         (``ncd.planning.apply_tiles``) applied. Only called when ``capabilities`` holds
         ``"plan"``; ``compile(model, plan=...)`` then renders exactly that plan."""
         raise NotImplementedError(f"backend {self.name!r} does not plan its kernels")
+
+    # -- the schedule space (capability ``"tune"``, see ``ncd.tuning``) ------------------------
+    def candidates(self, kernel: Any, **options: Any) -> list[Any]:
+        """The schedules this backend can render for one kernel of its plan, as
+        ``ncd.tuning.Candidate`` values (a label equal for identical kernels, and the kernel's
+        full choices), the plan's own choice first; one candidate: nothing to tune.
+        ``options``: the ``compile`` options the candidates are for."""
+        raise NotImplementedError(f"backend {self.name!r} declares no schedule space")
+
+    def kernel_keys(self, plan: Any, **options: Any) -> list[str]:
+        """Per kernel of ``plan``, a digest of what it computes, equal for identical kernels
+        (a model's layers) and stable across processes (the tuning cache's key)."""
+        raise NotImplementedError(f"backend {self.name!r} declares no schedule space")
+
+    def measure(
+        self, graph: Any, plan: Any, inputs: Any, params: Any, reps: int, **options: Any
+    ) -> tuple[Any, list[float]]:
+        """Run ``plan`` on the device: its outputs for ``inputs`` and, per plan kernel, the
+        median seconds of ``reps`` launches."""
+        raise NotImplementedError(f"backend {self.name!r} declares no schedule space")
+
+    def device_key(self, **options: Any) -> str:
+        """The device, platform and driver that ``compile(model, **options)`` runs on (a
+        measurement holds for these only)."""
+        raise NotImplementedError(f"backend {self.name!r} declares no schedule space")
 
 
 class Exporter(abc.ABC):
