@@ -36,6 +36,12 @@ def configure_perf(p: argparse.ArgumentParser) -> None:
         help="price the plan this backend renders (opencl, cuda); cuda also compiles it and "
         "reports each kernel's occupancy from ptxas's registers and shared memory",
     )
+    p.add_argument(
+        "--overlap",
+        choices=["max", "sum"],
+        help="how levels and op classes combine: max (overlap, the roofline) or sum (the "
+        "napkin paper's); default the machine's",
+    )
     p.add_argument("--dtype", help="re-type every float wire (bfloat16, float16, float8)")
     p.add_argument(
         "--parallel",
@@ -75,6 +81,7 @@ def run_perf(args: argparse.Namespace) -> int:
         plan=plan,
         resources=resources,
         precision=args.precision,
+        overlap=args.overlap,
     )
     print(result.machine.describe())
     print()
