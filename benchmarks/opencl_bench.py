@@ -3,9 +3,9 @@
 Peers: NumPy (the reference interpreter's ops, vectorised by NumPy/OpenBLAS), torch eager and
 torch.compile of the *same* model exported by ncd-torch (same parameters), with torch.compile's
 first call (its compile time) shown separately. "ncd out=" writes into the same output arrays
-on every call; "ncd" takes its outputs from the executable's pool (each call's result is dropped,
-so the pool reuses it: no page faults of a new output either, since reuse_outputs=True). ncd's first call includes
-planning, code generation and the OpenCL build. Both start cold (fresh program, PoCL and
+on every call; "ncd" takes its outputs from the executable's pool (each call's result is
+dropped, so the pool reuses it: no page faults of a new output either). ncd's first call
+includes planning, code generation and the OpenCL build. Both start cold (fresh program, PoCL and
 inductor caches) unless --warm; within one run, workloads whose kernels were already built
 (deeper transformers share their layers' kernels with shallower ones) hit ncd's in-memory
 program cache. The last
@@ -18,6 +18,7 @@ workloads on the same PoCL device.
     python benchmarks/opencl_bench.py --quick    # small sizes, seconds
     python benchmarks/opencl_bench.py --dtype bfloat16   # every model cast (model.cast), inputs
                                                          # and torch peers in that format too
+    python benchmarks/opencl_bench.py --tune 60  # plus ncd.tune (60 s budget each): tuned rows
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ def bench(
     peers: bool,
     unfused: bool = False,
     dtype: str = "float32",
+    tune: float | None = None,
 ) -> dict[str, Any]:
     if dtype != "float32":  # the model, its inputs and parameters in one format
         model = model.cast(ncd.dtype(dtype))
@@ -150,6 +152,16 @@ def bench(
         np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64)))
     )
     row["numpy"] = _median(lambda: ncd.run(model, *xs, params=params), max(1, reps // 2))
+    if tune is not None:  # ncd.tune with this budget (cold tuning cache unless --warm)
+        t0 = time.perf_counter()
+        report = ncd.tune(model, "opencl", budget=tune, inputs=xs, params=params)
+        row["tune"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tuned = ncd.compile(model, "opencl", plan=report.plan)
+        tuned(*xs, params=params)
+        row["tuned first"] = time.perf_counter() - t0
+        row["ncd tuned"] = _median(lambda: tuned(*xs, params=params), reps)
+        row["tuned picks"] = sum(g.winner != g.default for g in report.groups)
     if unfused:  # the same model with one kernel per op (every intermediate in memory)
         plain = ncd.compile(model, "opencl", fuse=False)
         plain(*xs, params=params)
@@ -190,6 +202,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         "10 fwd+compile ncd/tc",
         "max err",
     ]
+    if any("ncd tuned" in r for r in rows):
+        cols[4:4] = ["ncd tuned", "tune"]
+        cols[-1:-1] = ["tuned/tc", "tune+10 fwd tuned/tc"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         tc, tcf = r.get("torch.compile"), r.get("torch.compile first")
@@ -200,8 +215,15 @@ def table(rows: list[dict[str, Any]]) -> str:
             v = r.get(k)
             return "-" if v is None else (f"{v * 1e3:.1f} ms" if v < 10 else f"{v:.1f} s")
 
-        timed = [ms(c) for c in cols[2:10]]
-        cells = [r["workload"], str(r["kernels"]), *timed, ratio, e2e, f"{r['max err']:.1e}"]
+        timed = [ms(c) for c in cols[2 : cols.index("ncd/tc")]]
+        extra = []
+        if "tuned/tc" in cols:
+            tn = r.get("ncd tuned")
+            extra.append(f"{tn / tc:.2f}" if tc and tn else "-")
+            cold = tn and r["tune"] + r["tuned first"] + 10 * tn
+            extra.append(f"{cold / (tcf + 10 * tc):.2f}" if tc and tcf and cold else "-")
+        cells = [r["workload"], str(r["kernels"]), *timed, ratio, e2e, *extra]
+        cells.append(f"{r['max err']:.1e}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -220,8 +242,15 @@ def main() -> None:
         choices=["float32", "bfloat16", "float16", "float64"],
         help="cast every model (and its inputs, parameters and torch peers) to this format",
     )
+    ap.add_argument(
+        "--tune",
+        type=float,
+        metavar="SECONDS",
+        help="also run ncd.tune with this budget per workload: tuned rows and the tuning time",
+    )
     args = ap.parse_args()
     if not args.warm:  # both compilers start cold: no program cache, no inductor cache
+        os.environ["NCD_TUNING_CACHE"] = tempfile.mkdtemp(prefix="ncd-tuning-bench-")
         os.environ["NCD_OPENCL_CACHE"] = tempfile.mkdtemp(prefix="ncd-opencl-bench-")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-")
         os.environ["POCL_CACHE_DIR"] = tempfile.mkdtemp(prefix="pocl-bench-")  # PoCL's JIT cache
@@ -230,7 +259,9 @@ def main() -> None:
         if args.only and args.only not in name:
             continue
         rows.append(
-            bench(name, model, make, args.reps, not args.no_peers, args.unfused, args.dtype)
+            bench(
+                name, model, make, args.reps, not args.no_peers, args.unfused, args.dtype, args.tune
+            )
         )
         print(f"  done: {name}", flush=True)
     print(f"format: {args.dtype}")
