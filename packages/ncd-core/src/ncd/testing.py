@@ -67,8 +67,9 @@ def assert_close_in_format(got: Any, want: Any, fmt: Any, c: float) -> None:
 
 
 def random_inputs(model: Any, seed: int = 0) -> list[np.ndarray]:
-    """Standard-normal inputs in each input's format (token inputs: integers below 11)."""
-    g = model.graph
+    """Standard-normal inputs in each input's format (token inputs: integers below 11) for a
+    bound model or graph."""
+    g = getattr(model, "graph", model)
     rng = np.random.default_rng(seed)
     out = []
     for v in g.inputs:
