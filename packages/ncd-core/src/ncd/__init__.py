@@ -10,6 +10,7 @@ from ncd._trace import Tensor, trace
 from ncd.api import compile, export
 from ncd.autodiff import GradError, GradModel, IntegerGradError, NoGradRuleError, SeedError, grad
 from ncd.axis import DTYPES, ArrayType, Axis, axes, dtype_bytes
+from ncd.bench import bench
 from ncd.dtypes import (
     DType,
     bfloat16,
@@ -48,8 +49,8 @@ from ncd.params import init
 from ncd.planning import plan
 from ncd.reference import run
 from ncd.serialize import from_json, to_json
-from ncd.tuning import tune
 from ncd.sizes import Config, SizeVar
+from ncd.tuning import tune
 
 __version__ = "0.1.0"
 
@@ -88,6 +89,7 @@ __all__ = [
     "UnknownDTypeError",
     "__version__",
     "axes",
+    "bench",
     "bfloat16",
     "bool",
     "dtype",

@@ -25,6 +25,7 @@ __all__ = [
     "load_model",
     "main",
     "parse_sizes",
+    "parse_tiles",
 ]
 
 
@@ -266,6 +267,58 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_bench(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    p.add_argument("--target", default="opencl", help="a backend declaring 'tune' (opencl)")
+    p.add_argument(
+        "--tiles",
+        nargs="*",
+        default=[],
+        metavar="[KERNEL:]AXIS[@LEVEL]=TILE",
+        help="tiles of the plan (ncd.plan tiles=), e.g. x@0=64 'k*_einsum*:seq@1=2'",
+    )
+    p.add_argument("--tuned", action="store_true", help="the plan ncd.tune picks (cached)")
+    p.add_argument("--reps", type=int, default=5, help="launches per kernel (median)")
+    p.add_argument("--machine", help="ncd-perf machine to predict on (default: the target's)")
+
+
+def parse_tiles(items: Sequence[str]) -> dict[Any, int]:
+    """``["x@0=64", "k*_einsum*:seq@1=2", "d=8"]`` -> ``ncd.plan`` ``tiles=`` keys."""
+    out: dict[Any, int] = {}
+    for item in items:
+        key, eq, value = item.rpartition("=")
+        pattern, _, name = key.rpartition(":") if ":" in key else ("", "", key)
+        axis, at, level = name.partition("@")
+        if not eq or not axis or not value.isdigit() or (at and not level.isdigit()):
+            raise NcdError(
+                f"--tiles {item!r}: expected [KERNEL:]AXIS[@LEVEL]=TILE, e.g. x@0=64. Fix: "
+                "name the axis, optionally its level and a kernel-name pattern, then the tile."
+            )
+        if pattern:
+            out[(pattern, axis, int(level or 0))] = int(value)
+        elif at:
+            out[(axis, int(level))] = int(value)
+        else:
+            out[axis] = int(value)
+    return out
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from ncd.bench import bench
+    from ncd.tuning import tune
+
+    model = load_model(args.model, args.bind)
+    tiles = parse_tiles(args.tiles)
+    plan = tune(model, args.target).plan if args.tuned else None
+    if plan is not None and tiles:
+        raise NcdError("ncd bench: --tuned chooses the tiles; drop --tiles (or --tuned).")
+    report = bench(
+        model, args.target, plan=plan, tiles=tiles or None, reps=args.reps, machine=args.machine
+    )
+    print(report)
+    return 0 if report.agrees else 1
+
+
 def _configure_json(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     p.add_argument("-o", "--output")
@@ -301,6 +354,12 @@ CORE_COMMANDS = (
         "train a character-level GPT on CPython's help text on one or more backends",
         _configure_train,
         _cmd_train,
+    ),
+    Command(
+        "bench",
+        "time a model's kernels on a backend's device beside ncd-perf's prediction",
+        _configure_bench,
+        _cmd_bench,
     ),
     Command(
         "tune",

@@ -199,7 +199,7 @@ def tune(
     if inputs is None:
         from ncd.testing import random_inputs
 
-        inputs = random_inputs(model if hasattr(model, "graph") else _Wrap(graph), seed)
+        inputs = random_inputs(graph, seed)
     ps = dict(init(model, seed=seed)) if params is None else dict(params)
     want = [np.asarray(w) for w in _flat(reference_run(graph, *inputs, params=ps))]
 
@@ -335,11 +335,6 @@ def cache_dir() -> str:
 
 def _ms(s: float | None) -> str:
     return "-" if s is None else f"{s * 1e3:.3f} ms"
-
-
-class _Wrap:
-    def __init__(self, graph: Any) -> None:
-        self.graph = graph
 
 
 def _flat(outs: Any) -> list[Any]:
