@@ -24,6 +24,7 @@ from ncd.fusion import axis_labels, groupable_axes
 from ncd.graph import Graph
 from ncd.kernel import Kernel
 from ncd.primitives import library as L
+from ncd.primitives import routing as R
 from ncd.streaming import REDUCING, analyse_stream, is_rename, role
 
 __all__ = ["KernelFormulas", "size_function"]
@@ -40,6 +41,21 @@ def _gathered(node: Any, axes: tuple[Axis, ...]) -> tuple[Axis, ...]:
 #: op class -> (node, parameter axes) -> the axes of what the op actually reads of it.
 PARAM_ACCESS: dict[type, Callable[[Any, tuple[Axis, ...]], tuple[Axis, ...]]] = {
     L.Embedding: _gathered,
+}
+
+
+def _routed_experts(node: Any, size: Callable[[Axis], sp.Expr]) -> sp.Expr:
+    return sp.Integer(node.op.k) / size(node.op.experts)
+
+
+#: op class -> (node, size) -> the share of the kernel's rows that reads each slice of the
+#: op's parameters, for ops that route rows to slices (``Experts``: each token runs ``k`` of
+#: the ``E`` experts, so an expert's weights serve ``k/E`` of the tokens). A routed parameter
+#: streams through once per tile of the rows routed to it (at least once) and is not resident:
+#: the grouped-GEMM schedule holds a token tile and its output, streaming each expert's
+#: weights and its hidden layer (``d_ff``) in chunks, lower order like any stream's chunks.
+PARAM_ROUTED: dict[type, Callable[[Any, Callable[[Axis], sp.Expr]], sp.Expr]] = {
+    R.Experts: _routed_experts,
 }
 
 
@@ -131,14 +147,27 @@ class KernelFormulas:
         """(axes, bytes per element, role) of inputs, parameters, outputs and internal values."""
         graph, k = self.graph, self.kernel
         entries: list[tuple[tuple[Axis, ...], float, str]] = []
+        #: entry index -> the share of the kernel's rows reading it, for routed parameters
+        self.routed: dict[int, sp.Expr] = {}
+        #: slices a tile's work may be cut into besides its tiles: the routed weights' output
+        #: features (a grouped GEMM's column tiles); 1 without routed ops
+        self.split = 1
         for v in k.inputs:
             t = graph.values[v]
             entries.append((t.axes, self._bytes(t.dtype), "in"))
         for i in k.nodes:
             n = graph.nodes[i]
             access = PARAM_ACCESS.get(type(n.op))
+            routed = PARAM_ROUTED.get(type(n.op))
+            share = routed(n, self.size) if routed is not None else None
+            if share is not None:
+                cols = [self.size(a) for a in (n.op.d_model, n.op.d_ff)]
+                if all(c.is_Integer for c in cols):
+                    self.split = max(self.split, int(min(cols)))
             for _, p in n.params():  # each parameter in its own format (a cast model's tables)
                 axes = access(n, p.axes) if access is not None else p.axes
+                if share is not None:
+                    self.routed[len(entries)] = share
                 entries.append((axes, self._bytes(p.dtype), "in"))
         outs = set(k.outputs)
         for i in k.nodes:
@@ -164,9 +193,12 @@ class KernelFormulas:
         ``kinds=("out",)`` counts only what is written."""
         tiles: dict[Axis, sp.Expr] = dict(self.tiles)
         total = sp.Integer(0)
-        for axes, nbytes, kind in self.entries:
+        for i, (axes, nbytes, kind) in enumerate(self.entries):
             if kind in kinds:
-                n = sp.Mul(*(self.size(a) for a in axes)) * self._reuse(axes, tiles)
+                reuse = self._reuse(axes, tiles)
+                if i in self.routed:  # once per tile of the rows routed to it, at least once
+                    reuse = sp.Max(1, self.routed[i] * reuse)
+                n = sp.Mul(*(self.size(a) for a in axes)) * reuse
                 total += n * (sp.Float(nbytes) if unit == "bytes" and nbytes != 1 else 1)
         return sp.expand(total) if unit == "elements" else total
 
@@ -175,8 +207,10 @@ class KernelFormulas:
         tiles: dict[Axis, sp.Expr] = dict(self.tiles)
         s = self.root(self.stream) if self.stream is not None else None
         total = sp.Integer(0)
-        for axes, nbytes, kind in self.entries:
+        for i, (axes, nbytes, kind) in enumerate(self.entries):
             if kind == "alias" or (s is not None and any(self.root(a) == s for a in axes)):
+                continue
+            if i in self.routed:  # streamed through in chunks, one slice at a time
                 continue
             total += self._extent(axes, tiles) * (nbytes if unit == "bytes" else 1)
         for i, kind in self.kinds.items():

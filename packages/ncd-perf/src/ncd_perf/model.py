@@ -207,7 +207,7 @@ def cost(
     graph = _graph(model, bind)
     if plan is None:
         plan = plan_fusion(graph) if fuse else unfused(graph)
-    size = size_function(graph, dict(parallel or {}))
+    size = size_function(graph, _per_device(graph, dict(parallel or {})))
     cache: dict[tuple[Any, ...], tuple[KernelFormulas, list[LevelCost]]] = {}
     kernels = []
     for kernel in plan.kernels:
@@ -238,6 +238,26 @@ def optimise(model: Any, machine: Machine | str = "h100", **options: Any) -> Mod
     """``cost`` with fusion: the planner's kernels (streamed where streamable) with tiles that
     minimise every level's transfers under its capacity. ``.schedule`` prints them."""
     return cost(model, machine, fuse=True, **options)
+
+
+def _per_device(graph: Graph, parallel: dict[str, int]) -> dict[str, int]:
+    """The labels divided per device: ``parallel``, and under expert parallelism the tokens
+    too. An expert-parallel group also shares the batch (GShard, Lepikhin et al. 2020, sec.
+    3.2; Switch, Fedus et al. 2021, sec. 2.2): each device routes its own tokens and the
+    all-to-all brings every expert the ones routed to it, so the token axes of ``Experts``
+    (its loop axes) are split over as many devices as its ``experts`` axis, unless
+    ``parallel`` already splits them."""
+    from ncd.fusion import axis_labels
+    from ncd.primitives import routing as R
+
+    out = dict(parallel)
+    labels = axis_labels(graph)
+    for n in graph.nodes:
+        if isinstance(n.op, R.Experts):
+            p = parallel.get(labels.get(n.op.experts.uid, n.op.experts.name), 1)
+            for a in n.loop if p > 1 else ():
+                out.setdefault(labels.get(a.uid, a.name), p)
+    return out
 
 
 def _dtype(kernel: Kernel, override: str | None) -> str:
@@ -324,7 +344,9 @@ def _levels(f: KernelFormulas, machine: Machine) -> list[LevelCost]:
         m = f.resident(lv.unit)
         if given:
             h_, m_ = h.subs(given), m.subs(given)
-            choice: TileChoice = choose_tiles(h_, m_, sizes, lv.capacity, upper)
+            choice: TileChoice = choose_tiles(
+                h_, m_, sizes, lv.capacity, upper, lv.instances, f.split
+            )
             vals = {**given, **choice.values}
             fits = (
                 bool(m.subs(vals) <= lv.capacity)
@@ -333,7 +355,7 @@ def _levels(f: KernelFormulas, machine: Machine) -> list[LevelCost]:
             )
             choice = TileChoice(vals, fits, "given" + (f" + {choice.method}" if sizes else ""))
         else:
-            choice = choose_tiles(h, m, sizes, lv.capacity, upper)
+            choice = choose_tiles(h, m, sizes, lv.capacity, upper, lv.instances, f.split)
         vals = choice.values
         out.append(
             LevelCost(
@@ -385,6 +407,7 @@ def _waves(kc: KernelCost, machine: Machine) -> float:
             return 1.0
         blocks *= -(-int(n) // max(1, int(t)))
     slots = sms * max(1, kc.occupancy.blocks if kc.occupancy else 1)
+    blocks *= min(max(1, slots // blocks), kc.formulas.split)  # column slices of routed weights
     waves = -(-blocks // slots)
     return blocks / (waves * slots) if waves else 1.0
 

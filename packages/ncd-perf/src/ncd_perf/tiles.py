@@ -39,9 +39,16 @@ def choose_tiles(
     sizes: Mapping[sp.Symbol, sp.Expr],
     capacity: object,
     upper: Mapping[sp.Symbol, sp.Expr] | None = None,
+    min_blocks: int = 1,
+    split: int = 1,
 ) -> TileChoice:
     """Tiles minimising ``h`` under ``m <= capacity`` (``None``: unbounded); ``upper`` caps
-    each tile (the enclosing level's tile)."""
+    each tile (the enclosing level's tile). ``min_blocks``: the units of a level that has
+    several (SMs, cores); with numbers the search then minimises ``h`` over the share of units
+    the instances (``prod(size / tile)``) keep busy, so one big tile on one SM of 132 loses to
+    132 smaller ones. ``split``: how many slices a tile's work may be cut into besides (the
+    output features of routed weights, ``KernelFormulas.split``), filling units without new
+    tiles."""
     tiles = list(sizes)
     if capacity is None or capacity == sp.oo:
         return TileChoice({t: (upper or sizes).get(t, sizes[t]) for t in tiles}, True, "whole")
@@ -53,7 +60,7 @@ def choose_tiles(
         and not (m.free_symbols - set(tiles))
     )
     if numeric:
-        return _search(h, m, sizes, float(capacity), fixed, free, upper or {})  # type: ignore[arg-type]
+        return _search(h, m, sizes, float(capacity), fixed, free, upper or {}, min_blocks, split)  # type: ignore[arg-type]
     if not free:
         return TileChoice(fixed, True, "constant")
     free = _merge_products(h, m.subs(fixed), free, fixed)
@@ -120,9 +127,11 @@ def _search(
     fixed: dict[sp.Symbol, sp.Expr],
     free: list[sp.Symbol],
     upper: Mapping[sp.Symbol, sp.Expr],
+    min_blocks: int = 1,
+    split: int = 1,
 ) -> TileChoice:
     whole = {t: sp.Integer(int(upper.get(t, sizes[t]))) for t in sizes}
-    if float(m.subs(whole)) <= cap:
+    if float(m.subs(whole)) <= cap and min_blocks <= 1:
         return TileChoice(whole, True, "whole (fits)")
     if not free:
         return TileChoice(fixed, float(m.subs(fixed)) <= cap, "constant")
@@ -138,6 +147,15 @@ def _search(
     hv = np.broadcast_to(np.asarray(hf(*grid), dtype=np.float64), grid[0].shape)
     mv = np.broadcast_to(np.asarray(mf(*grid), dtype=np.float64), grid[0].shape)
     ok = mv <= cap
+    if min_blocks > 1 and free:
+        # transfers over the busy share of the units: fewer instances than units leave some
+        # idle, and a last partial wave idles the rest of its units
+        blocks = np.ones(grid[0].shape)
+        for t, g in zip(free, grid, strict=True):
+            blocks = blocks * np.ceil(float(sizes[t]) / g)
+        blocks = blocks * np.clip(min_blocks // blocks, 1, split)
+        busy = blocks / (np.ceil(blocks / min_blocks) * min_blocks)
+        hv = hv / busy
     if not ok.any():
         return TileChoice(
             {**fixed, **{t: sp.Integer(1) for t in free}}, False, "search (nothing fits)"
