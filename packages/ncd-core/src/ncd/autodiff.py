@@ -281,7 +281,13 @@ def _constant(t: Tape, op: L.Constant, xs: list[int], ys: list[int], cts: Any, n
 
 @grad_rule(L.Dropout)
 def _dropout(t: Tape, op: L.Dropout, xs: list[int]) -> list[int]:
-    return list(xs)  # inference: the identity (the gradient model has no dropout)
+    if op.seed is None:
+        return list(xs)  # inference: the identity (the gradient model has no dropout)
+    # seeded: y = x * mask / (1 - p) with the mask a function of the position, so the
+    # backward is the same op on the cotangent (same seed, same positions: the same mask)
+    ys = t.emit(op, xs)
+    t.record(op, xs, ys, lambda tape, cts, need: [tape.one(op, cts[0]) if cts[0] else None])
+    return ys
 
 
 @_vjp(L.View)

@@ -58,6 +58,8 @@ class Context:
     graph: Graph
     training: bool = False
     rng: np.random.Generator = attrs.field(factory=lambda: np.random.default_rng(0))
+    #: the loop axes of the node being run (its arrays' layout): seeded dropout's positions
+    loop: tuple[Axis, ...] = ()
 
     def size(self, axis: Axis) -> int:
         s = self.graph.size(axis)
@@ -216,6 +218,12 @@ def _embedding(op: L.Embedding, xs: list[Array], p: dict[str, Array], ctx: Conte
 @reference_rule(L.Dropout)
 def _dropout(op: L.Dropout, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
     x = xs[0]
+    if op.seed is not None:  # counter-based: a function of the position, as in every backend
+        from ncd import counter_rng
+
+        sizes = {a: ctx.size(a) for a in ctx.loop}
+        keep = counter_rng.keep_mask(ctx.loop, sizes, op.p, op.seed)
+        return [np.where(keep, x * np.asarray(counter_rng.scale(op.p), x.dtype), 0).astype(x.dtype)]
     if not ctx.training or op.p == 0.0:
         return [x]
     keep = ctx.rng.random(x.shape) >= op.p
@@ -311,7 +319,7 @@ def evaluate(
             rule = rule_for(table, node.op)
             if rule is None:
                 raise NotImplementedError(f"no reference rule for op kind {node.op.kind!r}")
-            outs = rule(node.op, xs, ps, ctx)
+            outs = rule(node.op, xs, ps, attrs.evolve(ctx, loop=node.loop) if node.loop else ctx)
         ys = []
         for v, y in zip(node.outputs, outs, strict=True):
             shape = graph.shape(v)

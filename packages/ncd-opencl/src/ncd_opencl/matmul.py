@@ -187,6 +187,8 @@ def _lane_epilogue(nodes: list[Any], lin: Any, renames: dict[Axis, Axis]) -> boo
             continue
         if not isinstance(n.op, LANE_OPS) or getattr(n.op, "fn", "") == "pow":
             return False
+        if getattr(n.op, "seed", None) is not None:  # seeded dropout reads its position
+            return False
     return RM * RN == VW
 
 

@@ -200,7 +200,7 @@ def work_group(
 
 
 def _vector_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[Partition]:
-    from ncd.codegen.vector import VECTOR_OPS
+    from ncd.codegen.vector import has_vector_rule
 
     g = k.graph
     axes: set[Axis] = set()
@@ -216,7 +216,7 @@ def _vector_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[
     if _size(g, a) % VECTOR_WIDTH:
         return []
     for n in k.ops:
-        if not isinstance(n.op, VECTOR_OPS) or getattr(n.op, "fn", "") == "pow":
+        if not has_vector_rule(n.op):
             return []
         if any(a in p.axes and p.axes[-1] != a for p in n.op.params()):
             return []

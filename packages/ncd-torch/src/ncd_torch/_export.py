@@ -76,6 +76,7 @@ class Emitter:
         self.env: dict[int, fx.Node] = {}
         self.carriers: dict[str, tuple[fx.Node, int]] = {}
         self.lead = 0
+        self.loop: tuple[Axis, ...] = ()  # the loop axes of the op being emitted
 
     # -- values ----------------------------------------------------------------------------------
     def bind(self, value: int, node: fx.Node) -> None:
@@ -152,7 +153,7 @@ class Emitter:
             for v, core in zip(node.inputs, node.core_in, strict=True)
         ]
         ps = {p.name: self.fx.get_attr(self._relative(full)) for full, p in node.params()}
-        self.lead = len(node.loop)
+        self.lead, self.loop = len(node.loop), tuple(node.loop)
         outs = rule(node.op, xs, ps, self)
         for v, y in zip(node.outputs, outs, strict=True):
             self.bind(v, y)

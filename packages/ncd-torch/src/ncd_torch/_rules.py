@@ -179,8 +179,53 @@ def _cast(op: L.Cast, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[
 
 @torch_rule(L.Dropout)
 def _dropout(op: L.Dropout, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    if op.seed is not None:  # the counter-based mask of every backend
+        from ncd import counter_rng
+
+        order = counter_rng.canonical(em.loop)
+        dims = [em.loop.index(a) for a in order]
+        sizes = [em.size(a) for a in order]
+        return [em.call(counter_dropout, xs[0], dims, sizes, op.p, op.seed)]
     # A real nn.Dropout submodule, so module.train()/eval() switch it like any PyTorch model.
     return [em.submodule("dropout", torch.nn.Dropout(op.p), xs[0])]
+
+
+def _mul32(h: torch.Tensor, c: int) -> torch.Tensor:
+    """``h * c mod 2^32`` for ``0 <= h, c < 2^32`` in int64 (torch has no uint32 arithmetic):
+    split ``c`` in 16-bit halves so no product leaves int64."""
+    lo = h * (c & 0xFFFF)
+    hi = ((h * (c >> 16)) & 0xFFFF) << 16
+    return (lo + hi) & 0xFFFFFFFF
+
+
+def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    from ncd.counter_rng import M1, M2
+
+    h = h ^ (h >> 16)
+    h = _mul32(h, M1)
+    h = h ^ (h >> 13)
+    h = _mul32(h, M2)
+    return h ^ (h >> 16)
+
+
+def counter_dropout(
+    x: torch.Tensor, dims: list[int], sizes: list[int], p: float, seed: int
+) -> torch.Tensor:
+    """Seeded dropout as ``ncd.counter_rng`` draws it: positions row-major over the dims
+    ``dims`` (the value's axes in canonical order, of ``sizes``), two fmix32 rounds."""
+    from ncd import counter_rng
+
+    pos = torch.zeros((), dtype=torch.int64, device=x.device)
+    for d, n in zip(dims, sizes, strict=True):
+        shape = [1] * x.dim()
+        shape[d] = n
+        ramp = torch.arange(n, dtype=torch.int64, device=x.device).reshape(shape)
+        pos = ((pos * n) & 0xFFFFFFFF) + ramp
+    k = counter_rng.key(seed)
+    h = _fmix32((pos & 0xFFFFFFFF) ^ k)
+    h = _fmix32((h + k) & 0xFFFFFFFF)
+    keep = (h >= counter_rng.threshold(p)).expand(x.shape)
+    return torch.where(keep, x * counter_rng.scale(p), torch.zeros((), dtype=x.dtype))
 
 
 @torch_rule(L.View)

@@ -112,7 +112,24 @@ def _scale(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 
 @codegen_rule(L.Dropout)
 def _dropout(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
-    return _ins(gen, node, index)  # inference: the identity (training is not compiled)
+    op: L.Dropout = node.op  # type: ignore[assignment]
+    x = _ins(gen, node, index)
+    if op.seed is None:
+        return x  # inference: the identity (unseeded training dropout is not compiled)
+    from ncd import counter_rng as R
+
+    u = "unsigned int"
+    pos = "0u"
+    for a in R.canonical(gen.graph.values[node.outputs[0]].axes):  # Horner, mod 2^32
+        pos = f"({pos} * ({u})({gen.size(a)}) + ({u})({index[a]}))"
+    k = R.key(op.seed)
+    h = gen.var(f"{pos} ^ {k}u", "h", u)
+    for rnd in range(2):
+        gen.w.line(f"{h} ^= {h} >> 16; {h} *= {R.M1}u; {h} ^= {h} >> 13;")
+        gen.w.line(f"{h} *= {R.M2}u; {h} ^= {h} >> 16;" + (f" {h} += {k}u;" if rnd == 0 else ""))
+    return (
+        f"(({h} >= {R.threshold(op.p)}u) ? {x} * {gen.lit(repr(R.scale(op.p)))} : {gen.lit(0.0)})"
+    )
 
 
 @codegen_rule(L.Cast)

@@ -365,7 +365,7 @@ def row_axis(gen: KernelGen, par: list[Axis], other: int) -> Axis | None:
 def _vector_axis(gen: KernelGen, node: Node, other: int, env: dict[Axis, str]) -> Axis | None:
     """The accumulator's one free axis, when every array holding it stores it with unit stride
     and whatever follows the contraction in the kernel has vector rules."""
-    from ncd.codegen.vector import VECTOR_OPS
+    from ncd.codegen.vector import has_vector_rule
 
     width = gen.dialect.vector_width
     free = [a for a in gen.graph.values[node.outputs[0]].axes if a not in env]
@@ -390,7 +390,7 @@ def _vector_axis(gen: KernelGen, node: Node, other: int, env: dict[Axis, str]) -
         if (
             n is not node
             and any(v in g.values[o].axes for o in n.outputs)
-            and not isinstance(n.op, VECTOR_OPS)
+            and not has_vector_rule(n.op)
         ):
             return None
     return v

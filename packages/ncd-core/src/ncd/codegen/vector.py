@@ -16,7 +16,7 @@ from ncd.axis import Axis
 from ncd.codegen.lower import KernelGen, KernelSource
 from ncd.primitives import library as L
 
-__all__ = ["VECTOR_OPS", "reduced_axes", "vector_template"]
+__all__ = ["VECTOR_OPS", "has_vector_rule", "reduced_axes", "vector_template"]
 
 #: op classes whose rules produce valid code on vector operands.
 VECTOR_OPS: tuple[type, ...] = (
@@ -32,6 +32,16 @@ VECTOR_OPS: tuple[type, ...] = (
     L.Reduce,
     L.Cast,  # the identity on the arithmetic type; rounding is the dialect's, per lane
 )
+
+
+def has_vector_rule(op: object) -> bool:
+    """Whether ``op``'s rule is valid on vector operands: its class is in ``VECTOR_OPS``, and it
+    is not ``pow`` nor seeded dropout (whose mask hashes each element's scalar position)."""
+    return (
+        isinstance(op, VECTOR_OPS)
+        and getattr(op, "fn", "") != "pow"
+        and getattr(op, "seed", None) is None
+    )
 
 
 def reduced_axes(gen: KernelGen) -> set[Axis]:
@@ -63,7 +73,7 @@ def vector_template(gen: KernelGen) -> KernelSource | None:
     g = gen.graph
     for i in k.nodes:
         op = g.nodes[i].op
-        if not isinstance(op, VECTOR_OPS) or getattr(op, "fn", "") == "pow":
+        if not has_vector_rule(op):
             return None
     # every array holding ``a`` must hold it last (unit stride, aligned rows)
     for v in (*k.inputs, *k.outputs):

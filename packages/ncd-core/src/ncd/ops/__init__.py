@@ -396,9 +396,11 @@ def cast(to: object, *, source: object = None, name: str = "") -> Term:
     return prim(Cast(to, dtype=source, name=name))
 
 
-def dropout(p: float = 0.1, *, name: str = "") -> Term:
-    """Identity at inference; seeded random zeroing (scaled by 1/(1-p)) in training mode."""
-    return prim(Dropout(p, name=name))
+def dropout(p: float = 0.1, *, seed: int | None = None, name: str = "") -> Term:
+    """Identity at inference; seeded random zeroing (scaled by 1/(1-p)) in training mode.
+    ``seed``: always on, the mask a counter-based hash of the seed and each element's position
+    (``ncd.counter_rng``): the reference, every kernel and the torch export draw the same."""
+    return prim(Dropout(p, seed, name=name))
 
 
 def constant(value: float, axes: AxisLike | Sequence[AxisLike] = (), *, name: str = "") -> Term:

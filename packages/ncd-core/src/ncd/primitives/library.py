@@ -418,7 +418,10 @@ class Cast(Op):
 @register_op
 @attrs.frozen
 class Dropout(Op):
-    """Identity at inference; in training, zero each element with probability ``p``."""
+    """Identity at inference; in training, zero each element with probability ``p``.
+
+    ``seed``: dropout always on, its mask drawn by ``ncd.counter_rng`` from the seed and each
+    element's position, so every backend (and the backward pass) draws the same mask."""
 
     kind: ClassVar[str] = "dropout"
     category: ClassVar[str] = "elementwise"
@@ -429,6 +432,17 @@ class Dropout(Op):
         high_open=True,
         fix="pass a drop probability in [0, 1) (p=0 disables dropout)",
     )
+    seed: int | None = attrs.field(default=None)
+
+    @seed.validator
+    def _check_seed(self, attribute: object, value: object) -> None:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32
+        ):
+            raise DefinitionError(
+                f"dropout op: seed must be None or an int in [0, 2^32), got {value!r}. Fix: "
+                "pass e.g. seed=0 (None: the backend's training mode decides)."
+            )
 
     def signature(self) -> Signature:
         return ((),), ((),)
