@@ -22,9 +22,15 @@ from ncd.axis import Axis
 from ncd.errors import NcdError
 from ncd.op import Op
 from ncd_torch._capture_views import ViewsMixin
-from ncd_torch._import_axes import AxisTable
+from ncd_torch._import_axes import AxisTable, Grouped
 from ncd_torch._import_errors import Problem, Site, report, site_of
-from ncd_torch._import_rules import IMPORT_RULES, SIZE1_SAFE, Refusal, TorchImportError
+from ncd_torch._import_rules import (
+    GROUPED_SAFE,
+    IMPORT_RULES,
+    SIZE1_SAFE,
+    Refusal,
+    TorchImportError,
+)
 
 __all__ = ["Capture", "Record", "Scope"]
 
@@ -148,7 +154,7 @@ class Capture(ViewsMixin):
         if node.op not in ("call_function", "output"):
             op = f"{node.op} {node.target}"
         trace = node.meta.get("stack_trace") or ""
-        if not detail and any(w in trace for w in ("cache_utils.py", "past_key_value")):
+        if any(w in trace for w in ("cache_utils.py", "past_key_value")):
             detail = "a key/value cache update: call the model with use_cache=False"
         self.problems.append(Problem(op, node.name, self.site(node), detail))
         self.poisoned.add(node.name)
@@ -184,8 +190,17 @@ class Capture(ViewsMixin):
 
     # -- values ------------------------------------------------------------------------------------
     def _vars(self, dims: Sequence[Any]) -> list[int]:
-        """The axis variables of ``dims`` (a tuple is a pending fold, None a size-1 dim)."""
-        return [v for d in dims for v in (d if isinstance(d, tuple) else (d,)) if v is not None]
+        """The axis variables of ``dims`` (a tuple is a pending fold, None a size-1 dim, a
+        ``Grouped`` dim holds its kv-head axis only)."""
+        out: list[int] = []
+        for d in dims:
+            if isinstance(d, Grouped):
+                out.append(d.kv)
+            elif isinstance(d, tuple):
+                out.extend(d)
+            elif d is not None:
+                out.append(d)
+        return out
 
     def set(self, node: Any, dims: list[Any], recorded: bool = False) -> None:
         """``node``'s dims; its value is the op recorded last (``recorded``: just now)."""
@@ -354,6 +369,16 @@ class Capture(ViewsMixin):
             return
         if bad:
             self.poisoned.add(node.name)
+            return
+        if name not in GROUPED_SAFE and any(
+            any(isinstance(d, Grouped) for d in self.dims.get(getattr(a, "name", ""), ()))
+            for a in node.args
+        ):
+            self._note(
+                node,
+                "a key or value repeated over query-head groups (repeat_kv) read by an op other "
+                "than attention's matmul or scaled_dot_product_attention",
+            )
             return
         if name not in SIZE1_SAFE and any(
             None in self.dims.get(getattr(a, "name", ""), ()) for a in node.args

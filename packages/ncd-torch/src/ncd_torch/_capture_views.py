@@ -2,7 +2,9 @@
 ``nn.Linear``'s output (or a merge feeding one) folds into the Linear, so ``q`` maps
 ``d_model -> heads d_head`` as in ``ncd.nn`` instead of going through an anonymous wide axis.
 
-A dim in ``Capture.dims`` is an axis variable, or a tuple of them while a fold is pending.
+A dim in ``Capture.dims`` is an axis variable, a tuple of them while a fold is pending, or a
+``Grouped`` dim: grouped-query attention's key or value repeated over the query heads of a
+group (HF's ``repeat_kv``) without a copy.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ncd import ops
+from ncd_torch._import_axes import Grouped
 from ncd_torch._import_rules import ACTIVATIONS, VIEWS
 
 __all__ = ["ViewsMixin"]
@@ -146,6 +149,14 @@ class ViewsMixin:
     def reshape(self, node: Any, src: Any, shape: tuple[int, ...]) -> None:
         key = self.key(src)
         dims = self.dims[key]
+        if None in dims:
+            grouped = self._repeat_kv(src, dims, shape)
+            if grouped is None:
+                raise self.unsupported(
+                    node, "a reshape of a size-1 broadcast dim (keepdim=True, unsqueeze)"
+                )
+            self.alias(node, src, grouped)
+            return
         if (
             dims
             and isinstance(dims[-1], tuple)
@@ -170,6 +181,40 @@ class ViewsMixin:
             return
         key = self.plain(src)
         self._segments(node, key, shape)
+
+    def _repeat_kv(self, src: Any, dims: list[Any], shape: tuple[int, ...]) -> list[Any] | None:
+        """The dims after ``x[:, :, None].expand(b, kv, g, s, d).reshape(b, kv * g, s, d)``
+        (HF's ``repeat_kv``): the merged dim is ``Grouped``; ``None`` for any other reshape
+        of a broadcast dim."""
+        before = self.shape(src)
+        for i in range(len(dims) - 1):
+            kv, rep = dims[i], dims[i + 1]
+            if not isinstance(kv, int) or rep is not None or before[i + 1] < 2:
+                continue
+            merged = (*before[:i], before[i] * before[i + 1], *before[i + 2 :])
+            rest = [*dims[:i], *dims[i + 2 :]]
+            if tuple(shape) == merged and None not in rest:
+                group = self.axes.new(before[i + 1], "group", 1)
+                return [*dims[:i], Grouped(kv, group), *dims[i + 2 :]]
+        return None
+
+    def ungroup(self, node: Any, key: str, at: int, grouped: Grouped) -> str:
+        """The value ``key`` with its dim ``at`` (the query heads, ``|kv| * |group|`` of them)
+        split into the ``grouped`` kv-head and group axes, read by grouped-query attention."""
+        heads = self.dims[key][at]
+        sizes = self.axes.size
+        if not isinstance(heads, int) or sizes[heads] != sizes[grouped.kv] * sizes[grouped.group]:
+            raise self.unsupported(node, "grouped keys and values against other query heads")
+        dims = [*self.dims[key][:at], (grouped.kv, grouped.group), *self.dims[key][at + 1 :]]
+        return self._view(
+            node,
+            key,
+            [heads],
+            [grouped.kv, grouped.group],
+            [(grouped.kv, grouped.group)],
+            [(grouped.kv,), (grouped.group,)],
+            dims,
+        )
 
     def _segments(self, node: Any, key: str, shape: tuple[int, ...]) -> None:
         dims = self.dims[key]

@@ -272,10 +272,26 @@ def to_module(
     float16, float64); ``dtype`` converts every parameter to one torch dtype instead. A float8
     model is a ``DTypeError`` (torch has no float8 arithmetic).
     """
-    from ncd_torch._import import Imported
+    from ncd_torch._import import Imported, origin_of
 
     if isinstance(model, Imported):  # its params, and the original checkpoint loads as it is
         return model.to_module(params=params, dtype=dtype, seed=seed, fuse=fuse)  # type: ignore[no-any-return]
+    origin = origin_of(model)
+    if origin is not None:  # a model from_torch returned: its original checkpoint loads too
+        values = dict(init(graph_of(model), seed=seed)) if params is None else dict(params)
+        return origin.to_module(params=values, dtype=dtype, seed=seed, fuse=fuse)  # type: ignore[no-any-return]
+    return plain_module(model, params=params, dtype=dtype, seed=seed, fuse=fuse)
+
+
+def plain_module(
+    model: Any,
+    *,
+    params: Mapping[str, Any] | None = None,
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+    fuse: bool = True,
+) -> fx.GraphModule:
+    """``to_module`` of the ncd model itself (whatever it was imported from)."""
     graph = graph_of(model)
     check_formats(graph)
     root = nn.Module()

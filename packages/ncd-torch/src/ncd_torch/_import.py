@@ -10,6 +10,7 @@ through ``ncd.trace``; each user-defined submodule becomes a named definition (`
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from ncd.errors import NcdError
 from ncd_torch._capture import Capture, Record, _snake
 from ncd_torch._import_rules import TorchImportError
 
-__all__ = ["Imported", "from_torch"]
+__all__ = ["Imported", "from_torch", "origin_of"]
 
 
 _SPEC = re.compile(r"^(?P<base>.*?)(?P<t>\.T)?(?:\[(?P<a>\d+)(?::(?P<b>\d+))?\])?$")
@@ -63,11 +64,11 @@ class Imported:
         module's state dict as it is (same keys and shapes as ``torch_shapes``): it is converted
         with ``params_from`` and the keys ncd has no parameter for (buffers, the second name of
         a tied weight) are dropped. A state dict of the ncd module itself loads as usual."""
-        from ncd_torch._export import to_module
+        from ncd_torch._export import plain_module
 
         if options.get("params") is None:
             options["params"] = self.params
-        module = to_module(self.model, **options)
+        module = plain_module(self.model, **options)
         own = {k: tuple(v.shape) for k, v in module.state_dict().items()}
 
         def convert(state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
@@ -158,7 +159,32 @@ def from_torch(module: Any, example_inputs: Sequence[Any], *, free_sizes: bool =
             params[node.param_name(pname)] = array
             names[node.param_name(pname)] = fqn
     shapes = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    return Imported(model, params, names, shapes)
+    out = Imported(model, params, names, shapes)
+    _remember(out)
+    return out
+
+
+#: the latest imports by model identity, with their parameters' shapes only (a zero-stride
+#: view each): ``to_module(model)`` of a model ``from_torch`` returned, unpacked from its
+#: ``Imported``, still loads the original checkpoint. Bounded: older models are forgotten.
+_ORIGINS: OrderedDict[int, Imported] = OrderedDict()
+_KEEP = 16
+
+
+def _remember(imported: Imported) -> None:
+    shapes = {
+        k: np.broadcast_to(np.zeros((), v.dtype), v.shape) for k, v in imported.params.items()
+    }
+    _ORIGINS[id(imported.model)] = attrs.evolve(imported, params=shapes)
+    while len(_ORIGINS) > _KEEP:
+        _ORIGINS.popitem(last=False)
+
+
+def origin_of(model: Any) -> Imported | None:
+    """The ``Imported`` (parameters as shapes only) ``model`` came from, if ``from_torch``
+    returned it recently; else ``None``."""
+    hit = _ORIGINS.get(id(model))
+    return hit if hit is not None and hit.model is model else None
 
 
 def _read(module: Any, inputs: tuple[Any, ...]) -> Capture:

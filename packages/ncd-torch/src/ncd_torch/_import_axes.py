@@ -11,9 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import attrs
+
 from ncd.axis import Axis
 
-__all__ = ["AxisTable"]
+__all__ = ["AxisTable", "Grouped"]
+
+
+@attrs.frozen
+class Grouped:
+    """A torch dim of ``|kv| * |group|`` entries over which the value has only its kv-head axis
+    ``kv``: entry ``i`` is kv head ``i // |group|`` (``repeat_kv``'s expand and reshape), so the
+    ncd value is broadcast over the ``group`` axis instead of copied."""
+
+    kv: int
+    group: int
 
 
 class AxisTable:

@@ -33,12 +33,11 @@ ADVICE: dict[str, str] = {
     "aten.lstm": "recurrent layers are not supported yet (ncd has no loop over time)",
     "aten.gru": "recurrent layers are not supported yet (ncd has no loop over time)",
     "aten.rnn_*": "recurrent layers are not supported yet (ncd has no loop over time)",
-    "aten.cat": "concatenation along an axis is not supported yet (a core op of issue 12)",
+    "aten.cat": "concatenation imports for activations along one dim (ops.concat); a constant "
+    "operand other than a uniform one does not",
     "aten.stack": "stacking along a new axis is not supported yet (a core op of issue 12)",
-    "aten.cos": "cos/sin are not supported yet (RoPE needs them: a core op of issue 12)",
-    "aten.sin": "cos/sin are not supported yet (RoPE needs them: a core op of issue 12)",
-    "aten.slice": "slicing an activation is not supported yet (slices of buffers and constants "
-    "are evaluated at import)",
+    "aten.slice": "slices of activations import with step 1 along one dim (ops.slice); slices of "
+    "buffers and constants are evaluated at import",
     "aten.select": "indexing an activation is not supported yet (x[:, -1] and the like)",
     "aten.index": "indexing an activation is not supported yet (x[:, [-1], :] and the like)",
     "aten.index_select": "gather/index_select is not supported yet (a core op of issue 12)",

@@ -112,6 +112,18 @@ SIZE1_SAFE = {
     "aten.amin",
 }
 VIEWS = ("aten.view", "aten.reshape", "aten._unsafe_view", "aten.flatten", "aten.unflatten")
+SIZE1_SAFE.update(VIEWS)  # a reshape of a broadcast dim imports as repeat_kv or is refused
+#: ops that read a ``Grouped`` dim (repeat_kv's keys and values) correctly
+GROUPED_SAFE = {
+    *ALIASES,
+    "aten.transpose",
+    "aten.t",
+    "aten.permute",
+    "aten.to",
+    "aten._to_copy",
+    "aten.matmul",
+    "aten.scaled_dot_product_attention",
+}
 
 
 @import_rule(*ACTIVATIONS)
@@ -164,6 +176,8 @@ def _arith_value(c: Capture, node: Any, fn: str, a: Any, b: Any) -> None:
         raise c.unsupported(node, "alpha or rounding_mode")
     reverse = c.aten(node) == "aten.rsub"
     if fn == "add" and _additive_mask(c, node, a, b):
+        return
+    if fn == "mul" and _import_llama.rotary_embedding(c, node, a, b):
         return
     if c.is_tensor(a) and c.is_tensor(b):
         x, y = c.plain(a), c.plain(b)
@@ -484,13 +498,19 @@ def _one_linear(
 
 
 def _contract(c: Capture, node: Any, a: str, b: str) -> None:
-    """``a @ b`` over the last two dims, batch dims broadcast (matmul, bmm)."""
+    """``a @ b`` over the last two dims, batch dims broadcast (matmul, bmm); keys or values
+    grouped over query heads (``repeat_kv``) split the query heads of ``a`` around it."""
     da, db = c.dims[a], c.dims[b]
     if len(da) < 2 or len(db) < 2:
         raise c.unsupported(node, "a 1-d operand (use 2-d or more)")
+    if any(isinstance(d, _import_llama.Grouped) for d in da):
+        raise c.unsupported(node, "grouped keys or values as the left operand")
     n, k = da[-2], da[-1]
     kb, m = db[-2], db[-1]
-    batch = c.broadcast(node, da[:-2], db[:-2])
+    a, ba, (bb,), splits = _import_llama.split_groups(c, node, a, da[:-2], [db[:-2]])
+    if splits and len(db) > len(da):
+        raise c.unsupported(node, "grouped keys or values with more batch dims than the queries")
+    batch = c.broadcast(node, ba, bb)
     if not c.axes.same(k, kb):
         if any(c.axes.same(kb, v) for v in (*batch, n)):  # self-attention: keys are their own axis
             b = c.rename(node, b, kb, k)
@@ -502,6 +522,9 @@ def _contract(c: Capture, node: Any, a: str, b: str) -> None:
         m = fresh
     op = L.Einsum(((c.axis(n), c.axis(k)), (c.axis(k), c.axis(m))), (c.axis(n), c.axis(m)))
     c.op(node, op, [a, b])
+    if splits:
+        _import_llama.merge_groups(c, node, splits, [*da[:-2], n, m])
+        return
     c.set(node, [*batch, n, m])
 
 
@@ -544,8 +567,8 @@ def _sdpa(c: Capture, node: Any) -> None:
     q, k, v = (c.plain(a) for a in node.args[:3])
     args = dict(zip(("attn_mask", "dropout_p", "is_causal", "scale"), node.args[3:], strict=False))
     args.update(node.kwargs)
-    if args.get("dropout_p", 0.0) or args.get("enable_gqa"):
-        raise c.unsupported(node, "dropout_p or enable_gqa (only is_causal, scale, causal masks)")
+    if args.get("dropout_p", 0.0):
+        raise c.unsupported(node, "dropout_p (only is_causal, scale, causal masks, enable_gqa)")
     causal = bool(args.get("is_causal", False))
     mask = args.get("attn_mask")
     if mask is not None:
@@ -563,15 +586,19 @@ def _sdpa(c: Capture, node: Any) -> None:
         if kind is None:
             raise c.unsupported(node, "an attn_mask that is not causal (only causal masks)")
         causal = causal or kind == "causal"
-    (*bq, lq, e), (*bk, sk, ek), (*bv, sv, ev) = c.dims[q], c.dims[k], c.dims[v]
+    dq, dk, dv = (list(c.dims[x]) for x in (q, k, v))
+    if args.get("enable_gqa"):
+        _import_llama.gqa_keys(c, node, dq, dk, dv)
+    q, bq, (bk, bv), splits = _import_llama.split_groups(c, node, q, dq[:-2], [dk[:-2], dv[:-2]])
+    (lq, e), (sk, ek), (sv, ev) = dq[-2:], dk[-2:], dv[-2:]
     batch = c.broadcast(node, c.broadcast(node, bq, bk), bv)
     c.axes.union(e, ek)
     c.axes.union(sk, sv)
     c.axes.hint(lq, "seq", 2)
     c.axes.hint(e, "d_head", 2)
     c.axes.hint(ev, "d_head", 2)
-    if batch:
-        c.axes.hint(batch[-1], "heads", 1)
+    if dq[:-2]:
+        c.axes.hint(dq[-3], "heads", 1)
     if c.axes.same(sk, lq):  # self-attention: the key axis is a renamed copy of the query axis
         keys = c.axes.new(c.axes.size[sk], "seq_k", 3)
         k, v = c.rename(node, k, sk, keys), c.rename(node, v, sk, keys)
@@ -589,7 +616,10 @@ def _sdpa(c: Capture, node: Any) -> None:
             scores = c.op(node, L.CausalMask(Q, X), [scores])
         weights = c.op(node, L.Softmax(X), [scores])
         c.op(node, L.Einsum(((Q, X), (X, V)), (Q, V)), [weights, v])
-    c.set(node, [*batch, lq, ev])
+        if splits:
+            _import_llama.merge_groups(c, node, splits, [*dq[:-2], lq, ev])
+    if not splits:
+        c.set(node, [*batch, lq, ev])
 
 
 @import_rule("aten.masked_fill")
@@ -705,3 +735,6 @@ def _additive_mask(c: Capture, node: Any, a: Any, b: Any) -> bool:
     c.op(node, L.CausalMask(c.axis(lq), c.axis(sk)), [key])
     c.set(node, [*batch, lq, sk])
     return True
+
+
+from ncd_torch import _import_llama  # noqa: E402  (registers the slice, cat and rotary rules)
