@@ -1,5 +1,6 @@
 """Standard blocks as definitions: attention (softmax and spherical), multi-head attention,
-MLP, norms, the pre-norm transformer block and a GPT.
+MLP, norms, the pre-norm transformer block and a GPT; the Llama family (SwiGLU, grouped-query
+attention with rotary embeddings, ``llama``) lives in ``ncd._llama``.
 
 Every size argument takes an ``Axis`` (shared with the caller), an int (a fixed size) or a
 name (a fresh free axis). Blocks that share axes, like the layers of a GPT, are built from the
@@ -21,13 +22,17 @@ __all__ = [
     "attention",
     "cross_entropy",
     "gpt",
+    "gqa_attention",
     "layernorm",
+    "llama",
+    "llama_block",
     "mlp",
     "mse",
     "multihead_attention",
     "nll",
     "rmsnorm",
     "spherical_attention",
+    "swiglu",
     "transformer_block",
 ]
 
@@ -414,3 +419,4 @@ def mse(*, label: str = "loss") -> Term:
 
 
 import ncd.primitives.routing  # noqa: E402, F401  (registers the routing ops at import)
+from ncd._llama import gqa_attention, llama, llama_block, swiglu  # noqa: E402
