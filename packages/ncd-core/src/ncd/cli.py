@@ -51,7 +51,7 @@ BUILTIN_MODELS = ("gpt", "gpt12", "block", "attention", "spherical_attention", "
 def load_model(spec: str, bind: Sequence[str] = ()) -> Any:
     """A model from a built-in name, ``module:attribute`` (a term or a function returning one)
     or a ``.json`` file; ``bind`` holds ``label=size`` strings."""
-    from ncd import Term, from_json
+    from ncd import GradModel, Term, from_json
 
     models = _builtin_models()
     if spec in models:
@@ -65,8 +65,8 @@ def load_model(spec: str, bind: Sequence[str] = ()) -> Any:
         obj: Any = importlib.import_module(mod)
         for part in attr.split("."):
             obj = getattr(obj, part)
-        model = obj if isinstance(obj, Term) else obj()
-        if not isinstance(model, Term):
+        model = obj if isinstance(obj, Term | GradModel) else obj()
+        if not isinstance(model, Term | GradModel):  # a gradient model draws, explains...
             raise NcdError(f"{spec} is not an ncd model (got {type(model).__name__})")
     else:
         raise NcdError(
