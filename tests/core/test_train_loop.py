@@ -121,3 +121,16 @@ def test_bad_input_is_a_typed_error(corpus: training.CharCorpus) -> None:
         training.char_gpt(10, layers=1, d_model=10, heads=4, seq=4, batch=1)
     with pytest.raises(ncd.DefinitionError, match=r"\[batch seq\]"):
         training.fit(ncd.nn.gpt(layers=1), corpus, {}, steps=1)
+
+
+def test_the_progress_bar_in_a_log_prints_every_few_steps() -> None:
+    import io
+
+    out = io.StringIO()
+    bar = training.ProgressBar(100, "reference", out=out)
+    for i in range(1, 101):
+        bar.update(i, f"loss {1 / i:.3f}" + (" val 0.5" if i == 33 else ""))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 21  # every 5th step, and step 33 for its validation loss
+    assert lines[0].startswith("reference [#") and "5/100 loss 0.200" in lines[0]
+    assert "33/100" in lines[6] and lines[-1].startswith("reference [" + "#" * 24 + "] 100/100")

@@ -116,22 +116,34 @@ def char_gpt(vocab: int, *, layers: int, d_model: int, heads: int, seq: int, bat
 
 
 class ProgressBar:
-    """A one-line progress bar redrawn in place (``\\r``) on a terminal, one line per update
-    otherwise (a log file keeps every line)."""
+    """A one-line progress bar redrawn in place (``\\r``) on a terminal at every update;
+    elsewhere (a log file) one line every ``every`` updates (default: 20 lines in all), at the
+    last, and at any whose note has a validation loss."""
 
-    def __init__(self, total: int, label: str = "", out: TextIO | None = None, width: int = 24):
+    def __init__(
+        self,
+        total: int,
+        label: str = "",
+        out: TextIO | None = None,
+        width: int = 24,
+        every: int | None = None,
+    ) -> None:
         self.total, self.label, self.width = total, label, width
         self.out = out if out is not None else sys.stderr
+        self.every = every if every is not None else max(total // 20, 1)
         self.start = time.perf_counter()
         self.tty = bool(getattr(self.out, "isatty", lambda: False)())
 
     def update(self, done: int, note: str = "") -> None:
+        last = done >= self.total
+        if not self.tty and not (done % self.every == 0 or last or "val" in note):
+            return
         filled = self.width * done // max(self.total, 1)
         rate = (time.perf_counter() - self.start) / max(done, 1)
         bar = "#" * filled + "." * (self.width - filled)
         line = f"{self.label} [{bar}] {done}/{self.total} {note} ({rate:.2f} s/step)"
         self.out.write(("\r" + line) if self.tty else line + "\n")
-        if self.tty and done >= self.total:
+        if self.tty and last:
             self.out.write("\n")
         self.out.flush()
 
