@@ -204,7 +204,7 @@ class Builder:
                     f"input also carries as a lifted axis. Fix: give the op a distinct output axis."
                 )
         for c in bound.constraints():
-            self.sizes.add_product(c.result, c.factors, f"{op.label} at {site}")
+            self.sizes.add_constraint(c, f"{op.label} at {site}")
         index = len(self.nodes)
         dtypes = bound.out_dtypes(tuple(self.values[v].dtype for v in values))
         outs = [

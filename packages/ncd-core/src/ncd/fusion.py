@@ -2,8 +2,9 @@
 
 The planner walks ``graph.nodes`` once, in topological order, and tries to merge each *unit*
 (a node; a normaliser glued to the contraction that completes it; source nodes glued to their
-first reader) into the kernel producing its input, else into a kernel reading the same input
-(sibling fusion: the q/k/v projections). A merge is kept when
+first reader; a sliding window glued to its one reader, which reads it in place) into the kernel
+producing its input, else into a kernel reading the same input (sibling fusion: the q/k/v
+projections). A merge is kept when
 
 1. every value crossing it is read only inside the merged kernel (else it must be written out);
 2. every axis some op reduces on a value produced inside the kernel is either left whole or is
@@ -26,6 +27,7 @@ from ncd.axis import Axis
 from ncd.errors import ScheduleError
 from ncd.graph import Graph
 from ncd.kernel import Boundary, FusionPlan, Kernel, Partition, kernel_io
+from ncd.primitives.window import Window
 from ncd.streaming import HOMOGENEOUS, NORMALISER_KINDS, REDUCING, analyse_stream, is_rename, role
 
 __all__ = ["axis_labels", "fuse", "groupable_axes", "tile_symbol"]
@@ -75,6 +77,13 @@ def _units(graph: Graph) -> list[list[int]]:
             if hom is None or not hom(nxt.op):
                 break
             chain.append(j)
+    for i in reversed(range(len(graph.nodes))):
+        # a sliding window is an index map read in place by its one reader (no im2col array)
+        (v, *more) = graph.nodes[i].outputs
+        readers = graph.consumers[v]
+        lone = len(readers) == 1 and not more and v not in graph.outputs
+        if isinstance(graph.nodes[i].op, Window) and lone:
+            glued[i] = glued.get(readers[0], readers[0])
     for i, node in enumerate(graph.nodes):
         if node.op.category == "source" and not node.inputs:
             readers = [c for v in node.outputs for c in graph.consumers[v]]
@@ -134,6 +143,8 @@ def _grid(graph: Graph, nodes: Sequence[int], stream: Axis | None) -> list[Axis]
             node = graph.nodes[i]
             touched = [(a, role(node, a)) for a in members[r]]
             touched = [(a, x) for a, x in touched if x != "absent"]
+            if not touched and isinstance(node.op, Window):
+                continue  # an index map: evaluated again per instance, at no cost
             if is_rename(node.op) and {a for a, _ in touched} <= set(node.op.axes()):
                 touched = touched[:1]  # the rename itself carries the class to a new axis
             if len(touched) != 1 or touched[0][1] not in ("lift", "map"):

@@ -164,7 +164,7 @@ class Graph:
             solver.add(a)
         for n in self.nodes:
             for c in n.op.constraints():
-                solver.add_product(c.result, c.factors, f"{n.op.label} at {n.site or '?'}")
+                solver.add_constraint(c, f"{n.op.label} at {n.site or '?'}")
         return solver
 
     @functools.cached_property

@@ -18,6 +18,7 @@ from ncd.axis import Axis, check_name, show
 from ncd.dtypes import FORMATS, DType, float32
 from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DefinitionError, DTypeError
+from ncd.sizes import WindowSize
 
 __all__ = [
     "OP_KINDS",
@@ -311,8 +312,8 @@ class Op:
         """Learned arrays this op owns (shared across its lifted instances)."""
         return ()
 
-    def constraints(self) -> tuple[Product, ...]:
-        """Size constraints between the op's axes (views)."""
+    def constraints(self) -> tuple[Product | WindowSize, ...]:
+        """Size constraints between the op's axes (views' products, sliding windows)."""
         return ()
 
     def derived_axes(self) -> tuple[Axis, ...]:

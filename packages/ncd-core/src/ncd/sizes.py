@@ -1,4 +1,5 @@
-"""Sizes: a union-find over axes, product constraints from views, and the configuration.
+"""Sizes: a union-find over axes, product constraints from views, window constraints from
+sliding windows, and the configuration.
 
 Every axis belongs to a size class; classes merge when composition identifies axes or a view
 renames one. ``config()`` lists the classes left free, under unique labels: an axis's name,
@@ -11,13 +12,43 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import attrs
 
 from ncd.axis import Axis
 from ncd.errors import SizeError
 
-__all__ = ["Config", "SizeSolver", "SizeVar", "check_bytes", "memory_limit"]
+__all__ = ["Config", "SizeSolver", "SizeVar", "WindowSize", "check_bytes", "memory_limit"]
+
+
+@attrs.frozen
+class WindowSize:
+    """A size constraint of a sliding window over ``n`` with ``k`` offsets: ``size(out) ==
+    floor((size(n) + 2 padding - dilation (size(k) - 1) - 1) / stride) + 1`` (torch's
+    ``Conv1d`` / ``MaxPool1d`` output length), derived once ``n`` and ``k`` are known."""
+
+    out: Axis
+    n: Axis
+    k: Axis
+    stride: int = 1
+    padding: int = 0
+    dilation: int = 1
+
+    def positions(self, n: int, k: int) -> int:
+        """The number of window positions over ``n`` elements (< 1: the window does not fit)."""
+        return (n + 2 * self.padding - self.dilation * (k - 1) - 1) // self.stride + 1
+
+    def misfit(self, n: int, k: int) -> str:
+        """Why ``k`` offsets do not fit ``n`` elements, naming the axes and the fix."""
+        span = self.dilation * (k - 1) + 1
+        return (
+            f"the window {self.k.ref} of {k} offsets (dilation {self.dilation}, span {span}) "
+            f"does not fit {self.n.ref} of {n} elements padded by {self.padding} on each side "
+            f"({n + 2 * self.padding} < {span}), so {self.out.ref} would have "
+            f"{self.positions(n, k)} positions. Fix: a longer input, more padding, or a "
+            "smaller kernel or dilation"
+        )
 
 
 def memory_limit() -> int:
@@ -73,6 +104,7 @@ class SizeSolver:
         self._origin: dict[str, str] = {}
         self.axes: dict[str, Axis] = {}
         self.products: list[tuple[str, tuple[str, ...], str]] = []
+        self.windows: list[tuple[WindowSize, str]] = []
         self.conflicts: list[str] = []
 
     def add(self, axis: Axis, origin: str = "") -> None:
@@ -135,12 +167,48 @@ class SizeSolver:
         else:
             self.products.append((result.uid, tuple(f.uid for f in fs), origin))
 
+    def add_constraint(self, c: Any, origin: str) -> None:
+        """An op's constraint: a ``WindowSize``, else a product (``result``, ``factors``)."""
+        if isinstance(c, WindowSize):
+            for a in (c.out, c.n, c.k):
+                self.add(a)
+            self.windows.append((c, origin))
+        else:
+            self.add_product(c.result, c.factors, origin)
+
+    def _windows(self, pending: list[tuple[WindowSize, str]]) -> bool:
+        """Derive window outputs whose input and kernel sizes are known; keep the rest."""
+        changed = False
+        rest = []
+        for c, origin in pending:
+            n, k = self.size(c.n.uid), self.size(c.k.uid)
+            if n is None or k is None:
+                rest.append((c, origin))
+                continue
+            m = c.positions(n, k)
+            if m < 1:
+                self.conflicts.append(f"{c.misfit(n, k)} ({origin})")
+                continue
+            old = self.size(c.out.uid)
+            if old is None:
+                self.set(c.out, m, origin)
+                changed = True
+            elif old != m:
+                self.conflicts.append(
+                    f"{c.out.ref} has size {old} but a window of {c.k.ref}={k} (stride "
+                    f"{c.stride}, padding {c.padding}, dilation {c.dilation}) over {c.n.ref}={n} "
+                    f"has {m} positions ({origin})"
+                )
+        pending[:] = rest
+        return changed
+
     def solve(self) -> None:
-        """Propagate products to a fixpoint, recording every violated one."""
+        """Propagate products and windows to a fixpoint, recording every violated one."""
         changed = True
         pending = list(self.products)
+        windows = list(self.windows)
         while changed:
-            changed = False
+            changed = self._windows(windows)
             rest = []
             for res, fs, origin in pending:
                 known = [self.size(f) for f in fs]

@@ -21,11 +21,12 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
-from ncd import nn, ops
+from ncd import conv, nn, ops
 from ncd._term import Term, identity
 from ncd.axis import Axis
 from ncd.params import init
 from ncd.reference import run
+from ncd.sizes import WindowSize
 
 __all__ = [
     "ELEMENTWISE",
@@ -122,7 +123,9 @@ class Case:
         held = {a.uid for n in graph.nodes for p in n.op.params() for a in p.axes}
         for n in graph.nodes:
             for c in n.op.constraints():
-                held.update(a.uid for a in (c.result, *c.factors))
+                # a window's input length may stay free: its output follows at run time
+                tied = (c.out, c.k) if isinstance(c, WindowSize) else (c.result, *c.factors)
+                held.update(a.uid for a in tied)
         seen = {a.uid for v in graph.inputs for a in graph.values[v].axes}
         free = {}
         for _, members in graph._classes:
@@ -215,6 +218,7 @@ def _cases() -> list[Case]:
         )
     )
     cs.extend(_indexing_cases())
+    cs.extend(_window_cases())
     cs.append(Case("dropout_inference", lambda: ops.dropout(0.5).over(_a("r", 7))))
     cs.append(Case("view_split", lambda: ops.rearrange("s (h e) -> s h e", s=7, h=3, e=5)))
     cs.append(Case("view_merge_permute", lambda: ops.rearrange("a b c -> (c a) b", a=3, b=7, c=5)))
@@ -311,6 +315,44 @@ def _indexing_cases() -> list[Case]:
         Case("rotary_13x8", functools.partial(rotary, 13, 8)),
         Case("rotary_1x2", functools.partial(rotary, 1, 2)),
         Case("rotary_301x6", functools.partial(rotary, 301, 6)),
+    ]
+
+
+def _window_cases() -> list[Case]:
+    """Sliding windows, convolutions (windows then an einsum) and pooling at sizes of 1, odd
+    and awkward, channels not multiples of 8, with stride, padding, dilation and groups."""
+
+    def window(n: int, k: int, s: int, p: int, d: int, fill: float) -> Term:
+        w = ops.window(_a("l", n), "o", "j", j=k, stride=s, padding=p, dilation=d, fill=fill)
+        return w.over(_a("c", 3))
+
+    def conv1d(ci: int, co: int, k: int, n: int, s: int, p: int, d: int, g: int) -> Term:
+        c = conv.conv1d(ci, co, k, stride=s, padding=p, dilation=d, groups=g, length=n)
+        return c.over(_a("b", 2))
+
+    def conv2d(ci: int, co: int, k: int, h: int, w: int, s: int, p: int, d: int, g: int) -> Term:
+        c = conv.conv2d(ci, co, k, stride=s, padding=p, dilation=d, groups=g, height=h, width=w)
+        return c.over(_a("b", 2))
+
+    def pool(kind: str, k: int, s: int, p: int, h: int, w: int) -> Term:
+        t: Term = getattr(conv, kind)(k, s, p, height=h, width=w)
+        return t.over(_a("b", 2), _a("c", 3))
+
+    P = functools.partial
+    return [
+        Case("window_13_k3_s2_p1_d2", P(window, 13, 3, 2, 1, 2, 0.0)),
+        Case("window_1_k1", P(window, 1, 1, 1, 0, 1, 0.0)),
+        Case("window_7_k3_pad_inf", P(window, 7, 3, 1, 1, 1, -math.inf)),
+        Case("conv1d_3_5_k3_13", P(conv1d, 3, 5, 3, 13, 1, 0, 1, 1)),
+        Case("conv1d_6_10_s2_p1_d2_g2", P(conv1d, 6, 10, 3, 13, 2, 1, 2, 2)),
+        Case("conv1d_1_1_k1_1", P(conv1d, 1, 1, 1, 1, 1, 0, 1, 1)),
+        Case("conv1d_depthwise_7", P(conv1d, 7, 7, 3, 7, 1, 1, 1, 7)),
+        Case("conv2d_3_13_k3_7x13_p1", P(conv2d, 3, 13, 3, 7, 13, 1, 1, 1, 1)),
+        Case("conv2d_6_10_s2_p1_d2_g2", P(conv2d, 6, 10, 3, 13, 7, 2, 1, 2, 2)),
+        Case("conv2d_1x1_1", P(conv2d, 1, 1, 1, 1, 1, 1, 0, 1, 1)),
+        Case("max_pool2d_3_2_1", P(pool, "max_pool2d", 3, 2, 1, 13, 7)),
+        Case("avg_pool2d_3_2_1", P(pool, "avg_pool2d", 3, 2, 1, 13, 7)),
+        Case("max_pool2d_1", P(pool, "max_pool2d", 1, 1, 0, 1, 1)),
     ]
 
 

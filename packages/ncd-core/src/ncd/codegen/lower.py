@@ -28,6 +28,7 @@ from ncd.dtypes import dtype as to_dtype
 from ncd.errors import ScheduleError
 from ncd.graph import Node
 from ncd.kernel import Kernel
+from ncd.sizes import WindowSize
 from ncd.walk import rule_for
 
 __all__ = ["KernelGen", "KernelSource", "render_kernel"]
@@ -176,6 +177,11 @@ class KernelGen:
             inner = (*seen, root)
             for n in self.graph.nodes:
                 for c in n.op.constraints():
+                    if isinstance(c, WindowSize):
+                        if _class_of(self.graph, c.out.uid) == root:  # window positions
+                            n_in, k_in = self._size_in(c.n, inner), self._size_in(c.k, inner)
+                            return _positions(c, n_in, k_in)
+                        continue
                     if _class_of(self.graph, c.result.uid) == root:  # a merge: the product
                         out: Size = 1
                         for f in c.factors:
@@ -695,3 +701,11 @@ def render_kernel(
         if out is not None:
             return out  # type: ignore[no-any-return]
     return KernelGen(kernel, dialect, table, layouts, wide).render()
+
+
+def _positions(c: WindowSize, n: Size, k: Size) -> Size:
+    """``floor((n + 2p - d (k - 1) - 1) / s) + 1`` on sizes: the host has checked before the
+    launch (``Graph.bind``) that the window fits, so C's truncating division is the floor."""
+    if isinstance(n, int) and isinstance(k, int):
+        return c.positions(n, k)
+    return (n + 2 * c.padding - (k * c.dilation - c.dilation + 1)) // c.stride + 1

@@ -18,6 +18,7 @@ from ncd.codegen.lower import KernelGen
 from ncd.graph import Node
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
+from ncd.primitives import window as W
 
 __all__ = ["BINARY_C", "CODEGEN_RULES", "UNARY_C", "Rule", "codegen_rule"]
 
@@ -444,3 +445,20 @@ def _rotary(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     other = _ins(gen, node, {**index, op.d: partner})
     turned = gen.let(f"({low} ? -({other}) : ({other}))", "turn")
     return f"(({x}) * {gen.fn('cos')}({angle}) + {turned} * {gen.fn('sin')}({angle}))"
+
+
+@codegen_rule(W.Window)
+def _window(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    # read in place: element (o, j) is x[o*stride + j*dilation - padding]; no im2col array
+    op: W.Window = node.op  # type: ignore[assignment]
+    rest = {a: e for a, e in index.items() if a not in (op.out, op.k)}
+    o = index[op.out] if op.stride == 1 else f"{index[op.out]} * {op.stride}"
+    j = index[op.k] if op.dilation == 1 else f"{index[op.k]} * {op.dilation}"
+    if not op.padding:  # the size rule keeps every tap inside [0, n): |out| was derived so
+        return _ins(gen, node, {**rest, op.axis: f"({o} + {j})"})
+    # the tap stays an expression of loop indices (not a let): a value read at it is hoisted
+    # by the loop indices its index names
+    i = f"({o} + {j} - {op.padding})"
+    n = gen.size(op.axis)
+    x = _ins(gen, node, {**rest, op.axis: _clamp(i, 0, f"{n} - 1")})
+    return f"(({i}) >= 0 && ({i}) < {n} ? ({x}) : {gen.lit(op.fill)})"

@@ -37,6 +37,7 @@ from ncd.primitives.library import (
     Unary,
     View,
 )
+from ncd.primitives.window import Window
 
 __all__ = [
     "BINARY_FNS",
@@ -68,6 +69,7 @@ __all__ = [
     "Unary",
     "View",
     "Where",
+    "Window",
     "abs",
     "add",
     "asinh",
@@ -122,6 +124,7 @@ __all__ = [
     "tanh",
     "unary",
     "where",
+    "window",
 ]
 
 
@@ -535,3 +538,25 @@ def rotary(
     and ``j + |d|/2`` of position ``t`` turn by ``t * base ** (-2j/|d|)``."""
     n = _Names({})
     return prim(Rotary(n.axis(seq), n.axis(d), base, name=name))
+
+
+def window(
+    axis: AxisLike,
+    out: AxisLike,
+    k: AxisLike,
+    /,
+    *,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+    fill: float = 0.0,
+    name: str = "",
+    **axes: AxisLike | int,
+) -> Term:
+    """Sliding windows along ``axis``: the new axes ``out`` (positions) and ``k`` (offsets),
+    ``y[o, j] = x[o*stride + j*dilation - padding]`` (``fill`` off the ends), ``|out|``
+    derived as in torch: ``ops.window("l", "l_out", "k", k=3, padding=1)``."""
+    n = _Names(axes)
+    return prim(
+        Window(n.axis(axis), n.axis(out), n.axis(k), stride, padding, dilation, fill, name=name)
+    )

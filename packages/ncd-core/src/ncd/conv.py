@@ -1,0 +1,307 @@
+"""Convolution and pooling as algebra: windows (``ops.window``) then an einsum with the kernel,
+or a reduction over the offsets. ``conv1d``/``conv2d`` keep torch's weight layout
+``(c_out, c_in / groups, *kernel)`` so a ``state_dict`` loads as it is; ``ncd.nn`` re-exports
+them. Inputs are ``[c_in, *spatial]`` (a batch axis is lifted), as torch's ``NC(H)W``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ncd import ops
+from ncd._term import Term
+from ncd._trace import Tensor, trace
+from ncd.axis import ArrayType, Axis, show
+from ncd.errors import DefinitionError
+from ncd.primitives.library import Parameter, View
+
+__all__ = ["avg_pool1d", "avg_pool2d", "conv1d", "conv2d", "max_pool1d", "max_pool2d"]
+
+AxisArg = Axis | int | str | None
+
+
+def _ax(default: str, value: AxisArg) -> Axis:
+    if isinstance(value, Axis):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | str | None):
+        raise DefinitionError(
+            f"{default}: expected an Axis, an int size or a name, got {show(value)}. Fix: pass "
+            f"e.g. {default}=16 or {default}=ncd.Axis({default!r})."
+        )
+    return Axis(default, size=value) if isinstance(value, int) else Axis(value or default)
+
+
+def _pair(what: str, value: int | Sequence[int], dims: int, low: int) -> tuple[int, ...]:
+    vals = (value,) * dims if isinstance(value, int) else tuple(value)
+    if len(vals) != dims or any(isinstance(v, bool) or not isinstance(v, int) for v in vals):
+        raise DefinitionError(
+            f"{what} must be an int or {dims} ints, got {show(value)}. Fix: pass e.g. "
+            f"{what}={max(low, 1)}."
+        )
+    if any(v < low for v in vals):
+        raise DefinitionError(
+            f"{what} must be >= {low}, got {show(value)}. Fix: pass {low} or more."
+        )
+    return vals
+
+
+def _split(whole: Axis, parts: tuple[Axis, Axis]) -> Term:
+    """``whole`` as ``(group, member)``, ``x[g, i] = x[g * |member| + i]``: a window whose
+    stride is its length, so it too is read in place."""
+    g, member = parts
+    return ops.window(whole, g, member, stride=member.size or 1)
+
+
+def _merge(parts: tuple[Axis, Axis], whole: Axis, rest: Sequence[Axis]) -> Term:
+    """``[*parts, *rest] -> [whole, *rest]``: the groups' channels joined, ahead of ``rest``."""
+    ins = (*parts, *rest)
+    return ops.prim(
+        View(ins, (whole, *rest), tuple((a,) for a in ins), (parts, *((a,) for a in rest)))
+    )
+
+
+def _conv(
+    kind: str,
+    c_in: AxisArg,
+    c_out: AxisArg,
+    spatial: Sequence[tuple[AxisArg, AxisArg, str]],
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    bias: bool,
+    name: str,
+) -> Term:
+    ci, co = _ax("c_in", c_in), _ax("c_out", c_out)
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise DefinitionError(f"{kind}: groups must be a positive int, got {show(groups)}.")
+    for ch in (ci, co):
+        if groups > 1 and (ch.size is None or ch.size % groups):
+            raise DefinitionError(
+                f"{kind}: {ch.describe()} must be a known multiple of groups={groups} (each "
+                f"group convolves |c_in|/{groups} channels into |c_out|/{groups}). Fix: size the "
+                "channels as a multiple of groups."
+            )
+    ins = [_ax(a, v) for (v, _, a) in spatial]
+    outs = [_ax(f"{a}_out", v) for (_, v, a) in spatial]
+    ks = [Axis(f"k{a}", size=k) for (_, _, a), k in zip(spatial, kernel, strict=True)]
+    cg = Axis("c_group", size=(ci.size or 0) // groups) if groups > 1 else ci
+
+    @trace(inputs=[ArrayType((ci, *ins))], name=kind, label="")
+    def body(x: Tensor) -> Tensor:
+        for a, o, k, s, p, d in zip(ins, outs, ks, stride, padding, dilation, strict=True):
+            x = ops.window(a, o, k, stride=s, padding=p, dilation=d)(x)
+        w = ops.prim(Parameter((co, cg, *ks), "normal", param="weight", name=name))()
+        wins = " ".join(f"{o.name} {k.name}" for o, k in zip(outs, ks, strict=True))
+        kn = " ".join(k.name for k in ks)
+        on = " ".join(o.name for o in outs)
+        named: dict[str, Any] = {a.name: a for a in (*outs, *ks)}
+        if groups == 1:
+            spec = f"c_in {wins}, c_out c_in {kn} -> c_out {on}"
+            y: Tensor = ops.einsum(spec, **named, c_in=ci, c_out=co)(x, w)
+        else:
+            g, og = Axis("groups", size=groups), Axis("c_group_out", size=(co.size or 0) // groups)
+            xg = _split(ci, (g, cg))(x)
+            wg = _split(co, (g, og))(w)
+            spec = f"g cg {wins}, g og cg {kn} -> g og {on}"
+            y = ops.einsum(spec, **named, g=g, cg=cg, og=og)(xg, wg)
+            y = _merge((g, og), co, outs)(y)
+        if bias:
+            y = y + ops.prim(Parameter((co,), "zeros", param="bias", name=name))()
+        return y
+
+    return body
+
+
+def conv1d(
+    c_in: AxisArg = "c_in",
+    c_out: AxisArg = "c_out",
+    kernel_size: int = 3,
+    *,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    bias: bool = True,
+    length: AxisArg = "l",
+    length_out: AxisArg = None,
+    name: str = "conv",
+) -> Term:
+    """``torch.nn.Conv1d``: ``[c_in l] -> [c_out l_out]``, the weight ``(c_out, c_in/groups,
+    k)`` and bias ``(c_out,)`` as ``{name}.weight``/``{name}.bias``; ``l_out`` is derived."""
+    return _conv(
+        "conv1d",
+        c_in,
+        c_out,
+        [(length, length_out, "l")],
+        _pair("conv1d: kernel_size", kernel_size, 1, 1),
+        _pair("conv1d: stride", stride, 1, 1),
+        _pair("conv1d: padding", padding, 1, 0),
+        _pair("conv1d: dilation", dilation, 1, 1),
+        groups,
+        bias,
+        name,
+    )
+
+
+def conv2d(
+    c_in: AxisArg = "c_in",
+    c_out: AxisArg = "c_out",
+    kernel_size: int | Sequence[int] = 3,
+    *,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    bias: bool = True,
+    height: AxisArg = "h",
+    width: AxisArg = "w",
+    height_out: AxisArg = None,
+    width_out: AxisArg = None,
+    name: str = "conv",
+) -> Term:
+    """``torch.nn.Conv2d``: ``[c_in h w] -> [c_out h_out w_out]``, the weight ``(c_out,
+    c_in/groups, kh, kw)``: two windows then one einsum (plus the bias)."""
+    return _conv(
+        "conv2d",
+        c_in,
+        c_out,
+        [(height, height_out, "h"), (width, width_out, "w")],
+        _pair("conv2d: kernel_size", kernel_size, 2, 1),
+        _pair("conv2d: stride", stride, 2, 1),
+        _pair("conv2d: padding", padding, 2, 0),
+        _pair("conv2d: dilation", dilation, 2, 1),
+        groups,
+        bias,
+        name,
+    )
+
+
+def _pool(
+    kind: str,
+    fn: str,
+    spatial: Sequence[tuple[AxisArg, AxisArg, str]],
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+) -> Term:
+    for k, p in zip(kernel, padding, strict=True):
+        if 2 * p > k:
+            raise DefinitionError(
+                f"{kind}: padding {p} is more than half the kernel {k} (torch refuses it: a "
+                "window could hold padding only). Fix: pad at most kernel_size // 2."
+            )
+    fill = -math.inf if fn == "max" else 0.0
+    ins = [_ax(a, v) for (v, _, a) in spatial]
+    outs = [_ax(f"{a}_out", v) for (_, v, a) in spatial]
+    ks = [Axis(f"k{a}", size=k) for (_, _, a), k in zip(spatial, kernel, strict=True)]
+
+    @trace(inputs=[ArrayType(tuple(ins))], name=kind, label="")
+    def body(x: Tensor) -> Tensor:
+        for a, o, k, s, p, d in zip(ins, outs, ks, stride, padding, dilation, strict=True):
+            x = ops.window(a, o, k, stride=s, padding=p, dilation=d, fill=fill)(x)
+        y: Tensor = ops.reduce(fn, ks)(x)
+        return y
+
+    return body
+
+
+def _strides(
+    kind: str, stride: int | Sequence[int] | None, kernel: tuple[int, ...]
+) -> tuple[int, ...]:
+    return kernel if stride is None else _pair(f"{kind}: stride", stride, len(kernel), 1)
+
+
+def max_pool1d(
+    kernel_size: int,
+    stride: int | None = None,
+    padding: int = 0,
+    *,
+    dilation: int = 1,
+    length: AxisArg = "l",
+    length_out: AxisArg = None,
+) -> Term:
+    """``torch.nn.MaxPool1d``: the maximum of each window (padding never wins: it is -inf)."""
+    k = _pair("max_pool1d: kernel_size", kernel_size, 1, 1)
+    return _pool(
+        "max_pool1d",
+        "max",
+        [(length, length_out, "l")],
+        k,
+        _strides("max_pool1d", stride, k),
+        _pair("max_pool1d: padding", padding, 1, 0),
+        _pair("max_pool1d: dilation", dilation, 1, 1),
+    )
+
+
+def max_pool2d(
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    *,
+    dilation: int | Sequence[int] = 1,
+    height: AxisArg = "h",
+    width: AxisArg = "w",
+    height_out: AxisArg = None,
+    width_out: AxisArg = None,
+) -> Term:
+    """``torch.nn.MaxPool2d`` over ``[h w]`` (channels and batch lifted)."""
+    k = _pair("max_pool2d: kernel_size", kernel_size, 2, 1)
+    return _pool(
+        "max_pool2d",
+        "max",
+        [(height, height_out, "h"), (width, width_out, "w")],
+        k,
+        _strides("max_pool2d", stride, k),
+        _pair("max_pool2d: padding", padding, 2, 0),
+        _pair("max_pool2d: dilation", dilation, 2, 1),
+    )
+
+
+def avg_pool1d(
+    kernel_size: int,
+    stride: int | None = None,
+    padding: int = 0,
+    *,
+    length: AxisArg = "l",
+    length_out: AxisArg = None,
+) -> Term:
+    """``torch.nn.AvgPool1d`` with ``count_include_pad=True`` (torch's default): the mean of
+    each window, its padding counted as zeros."""
+    k = _pair("avg_pool1d: kernel_size", kernel_size, 1, 1)
+    return _pool(
+        "avg_pool1d",
+        "mean",
+        [(length, length_out, "l")],
+        k,
+        _strides("avg_pool1d", stride, k),
+        _pair("avg_pool1d: padding", padding, 1, 0),
+        (1,),
+    )
+
+
+def avg_pool2d(
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    *,
+    height: AxisArg = "h",
+    width: AxisArg = "w",
+    height_out: AxisArg = None,
+    width_out: AxisArg = None,
+) -> Term:
+    """``torch.nn.AvgPool2d`` with ``count_include_pad=True`` over ``[h w]``."""
+    k = _pair("avg_pool2d: kernel_size", kernel_size, 2, 1)
+    return _pool(
+        "avg_pool2d",
+        "mean",
+        [(height, height_out, "h"), (width, width_out, "w")],
+        k,
+        _strides("avg_pool2d", stride, k),
+        _pair("avg_pool2d: padding", padding, 2, 0),
+        (1, 1),
+    )
