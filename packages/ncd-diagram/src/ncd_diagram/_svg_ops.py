@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 
 from ncd.axis import Axis
 from ncd_diagram._svg_base import CanvasBase, fmt
+from ncd_diagram._svg_window import GLYPHS
 from ncd_diagram.layout import Placed, Port
 from ncd_diagram.structure import OpBox
 
@@ -195,6 +196,9 @@ class OpPainter(CanvasBase):
                         self.wire(
                             self.weave, [(cx, cyy), (x + n.w, y + py)], a, p.value, "wire core"
                         )
+        glyph = GLYPHS.get(box.kind)  # an op's own picture (a window's frame of taps)
+        if glyph is not None:
+            glyph(self, n, box, x, y)
 
     def hexagon(self, cx: float, cy: float, label: str, axis: Axis, tip: str) -> None:
         r = 7.5

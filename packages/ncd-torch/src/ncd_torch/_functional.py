@@ -10,7 +10,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Fill", "causal_mask", "concat", "l2norm", "linear_nd", "rmsnorm", "rotary", "where"]
+__all__ = [
+    "Fill",
+    "causal_mask",
+    "concat",
+    "l2norm",
+    "linear_nd",
+    "rmsnorm",
+    "rotary",
+    "where",
+    "window",
+]
 
 
 def linear_nd(
@@ -69,6 +79,18 @@ def rotary(x: torch.Tensor, base: float) -> torch.Tensor:
     angles = t[:, None] * freqs[None, :]
     turned = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
     return x * angles.cos().to(x.dtype) + turned * angles.sin().to(x.dtype)
+
+
+def window(
+    x: torch.Tensor, k: int, stride: int, padding: int, dilation: int, fill: float
+) -> torch.Tensor:
+    """``ncd.ops.window`` on the last dim: ``y[..., o, j] = x[..., o*stride + j*dilation -
+    padding]`` (``fill`` off the ends), a strided view of the padded input (``unfold``)."""
+    if padding:
+        x = F.pad(x, (padding, padding), value=fill)
+    span = dilation * (k - 1) + 1
+    taps = x.unfold(-1, span, stride)
+    return taps[..., ::dilation] if dilation > 1 else taps
 
 
 class Fill(torch.nn.Module):

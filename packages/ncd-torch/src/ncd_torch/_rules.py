@@ -20,6 +20,7 @@ from ncd.errors import SizeError
 from ncd.op import registrar
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
+from ncd.primitives import window as W
 from ncd_torch import _functional as fn
 
 if TYPE_CHECKING:
@@ -289,3 +290,9 @@ def _concat(op: X.Concat, xs: list[Node], ps: dict[str, Node], em: Emitter) -> l
 @torch_rule(X.Rotary)
 def _rotary(op: X.Rotary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
     return [em.call(fn.rotary, xs[0], op.base)]
+
+
+@torch_rule(W.Window)
+def _window(op: W.Window, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    k = em.size(op.k)
+    return [em.call(fn.window, xs[0], k, op.stride, op.padding, op.dilation, op.fill)]
