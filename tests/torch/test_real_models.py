@@ -197,6 +197,56 @@ def test_hf_bert_without_a_padding_mask_imports():
     assert "causal_mask" not in result.model.explain()
 
 
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_hf_bert_with_a_padding_mask_imports(impl: str) -> None:
+    """The attention mask input becomes an additive mask of the scores: ``ops.cast`` of the
+    int64 input, then ``(1 - m) * finfo.min`` (eager) or ``ops.where(1 - m, finfo.min, 1 - m)``
+    (sdpa's masked_fill); padding keys get no weight on the reference and on OpenCL."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(4)
+    config = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=61,
+        max_position_embeddings=32,
+        attn_implementation=impl,
+    )
+
+    class Hidden(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = transformers.BertModel(config, add_pooling_layer=False)
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    def mask_of(batch: int) -> torch.Tensor:
+        mask = torch.ones(batch, 16, dtype=torch.long)
+        mask[0, 9:] = 0
+        mask[-1, 13:] = 0
+        return mask
+
+    module = Hidden().eval()
+    result = from_torch(module, (_ids(), mask_of(2)))
+    compiled = ncd.compile(result.model, "opencl")
+    for batch in (2, 3):  # the batch stays free; the length is the positional table's
+        ids, mask = _ids(batch), mask_of(batch)
+        with torch.no_grad():
+            want = module(ids, mask).numpy()
+        args = (ids.numpy(), mask.numpy())
+        assert np.abs(ncd.run(result.model, *args, params=result.params) - want).max() < TOL
+        assert np.abs(compiled(*args, params=result.params) - want).max() < TOL
+    assert "cast float32" in result.model.explain()  # eager BERT multiplies, sdpa selects
+    back = ncd_torch.to_module(result)
+    back.load_state_dict(module.state_dict())
+    with torch.no_grad():
+        again = back(_ids(3), mask_of(3)).numpy()
+        want = module(_ids(3), mask_of(3)).numpy()
+    assert np.abs(again - want).max() < TOL
+
+
 def test_a_returned_cache_names_use_cache_false():
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=4, vocab_size=61)

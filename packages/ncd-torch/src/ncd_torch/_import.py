@@ -251,7 +251,7 @@ def _other_inputs(c: Capture, inputs: tuple[Any, ...]) -> tuple[Any, ...] | None
             label, n = c.axes.name(v), c.axes.size[v]
             if label == "batch":
                 x = torch.cat([x, x.narrow(dim, 0, 1)], dim)
-            elif label == "seq":
+            elif label in ("seq", "seq_k"):  # seq_k: a padding mask over the keys
                 x = x.narrow(dim, 0, n - 1) if n > 2 else torch.cat([x, x.narrow(dim, 0, 1)], dim)
             else:
                 continue

@@ -110,6 +110,9 @@ SIZE1_SAFE = {
     "aten.mean",
     "aten.amax",
     "aten.amin",
+    "aten.masked_fill",
+    "aten.where",
+    "aten.scaled_dot_product_attention",  # its attn_mask may broadcast (q, k, v are checked)
 }
 VIEWS = ("aten.view", "aten.reshape", "aten._unsafe_view", "aten.flatten", "aten.unflatten")
 SIZE1_SAFE.update(VIEWS)  # a reshape of a broadcast dim imports as repeat_kv or is refused
@@ -143,11 +146,30 @@ def _gelu(c: Capture, node: Any) -> None:
 
 @import_rule("aten.to", "aten._to_copy", "aten.type_as")
 def _cast(c: Capture, node: Any) -> None:
-    """A cast to the format the value already has vanishes (HF's ``.to(float32)``)."""
+    """A cast to the format the value already has vanishes (HF's ``.to(float32)``); integers
+    and bools become floats through ``ops.cast`` (a padding mask); a cast to bool read only as
+    a condition (``masked_fill``, ``where``) vanishes too, since those read nonzero as true."""
     src = node.args[0]
-    if c.dtype(node) != c.dtype(src):
-        raise c.unsupported(node, f"a cast from {c.dtype(src)} to {c.dtype(node)}")
-    c.alias(node, src)
+    have, want = c.dtype(src), c.dtype(node)
+    if have == want:
+        c.alias(node, src)
+        return
+    if want == "bool" and node.users and all(_reads_as_condition(c, u, node) for u in node.users):
+        c.alias(node, src)
+        return
+    if want.startswith("float") and not have.startswith("float"):
+        x = c.key(src)
+        c.op(node, L.Cast(want), [x])
+        c.set(node, c.dims[x])
+        return
+    raise c.unsupported(node, f"a cast from {have} to {want}")
+
+
+def _reads_as_condition(c: Capture, user: Any, node: Any) -> bool:
+    name = c.aten(user)
+    return (name == "aten.masked_fill" and user.args[1] is node) or (
+        name == "aten.where" and user.args[0] is node and node not in user.args[1:]
+    )
 
 
 @import_rule(*ALIASES)
@@ -564,6 +586,8 @@ def _einsum(c: Capture, node: Any) -> None:
 
 @import_rule("aten.scaled_dot_product_attention")
 def _sdpa(c: Capture, node: Any) -> None:
+    if any(None in c.dims.get(c.key(a), ()) for a in node.args[:3]):
+        raise c.unsupported(node, "a size-1 broadcast dim (keepdim=True, unsqueeze) in q, k or v")
     q, k, v = (c.plain(a) for a in node.args[:3])
     args = dict(zip(("attn_mask", "dropout_p", "is_causal", "scale"), node.args[3:], strict=False))
     args.update(node.kwargs)
@@ -571,6 +595,14 @@ def _sdpa(c: Capture, node: Any) -> None:
         raise c.unsupported(node, "dropout_p (only is_causal, scale, causal masks, enable_gqa)")
     causal = bool(args.get("is_causal", False))
     mask = args.get("attn_mask")
+    added = None  # an additive float mask computed from the inputs (a padding mask)
+    if mask is not None and getattr(mask, "name", None) not in c.folded:
+        if c.dtype(mask) == "bool" or not c.dtype(mask).startswith("float"):
+            raise c.unsupported(
+                node, "a bool attn_mask computed from the inputs (an additive float one imports)"
+            )
+        added = c.key(mask)
+        mask = None
     if mask is not None:
         if getattr(mask, "name", None) not in c.folded:
             raise c.unsupported(
@@ -612,6 +644,8 @@ def _sdpa(c: Capture, node: Any) -> None:
         scores = c.op(
             node, L.Scale((D,), -0.5) if scale is None else L.Scalar("mul", float(scale)), [scores]
         )
+        if added is not None:
+            scores = _add_mask(c, node, scores, added, [*batch, lq, sk])
         if causal:
             scores = c.op(node, L.CausalMask(Q, X), [scores])
         weights = c.op(node, L.Softmax(X), [scores])
@@ -622,6 +656,21 @@ def _sdpa(c: Capture, node: Any) -> None:
         c.set(node, [*batch, lq, ev])
 
 
+def _add_mask(c: Capture, node: Any, scores: str, mask: str, dims: list[Any]) -> str:
+    """``scores + mask`` inside attention, the mask's dims aligned to the scores' ``dims``
+    (right-aligned; its broadcast dims broadcast)."""
+    mdims = c.dims[mask]
+    if len(mdims) > len(dims) or any(isinstance(d, tuple) for d in mdims):
+        raise c.unsupported(node, "an attn_mask of more dims than the scores")
+    for d, v in zip(reversed(mdims), reversed(dims), strict=False):
+        if d is None:
+            continue
+        if c.axes.size[d] != c.axes.size[v]:
+            raise c.unsupported(node, "an attn_mask that broadcasts a size-1 dim")
+        c.axes.union(d, v)
+    return c.op(node, L.Binary("add"), [scores, mask])
+
+
 @import_rule("aten.masked_fill")
 def _masked_fill(c: Capture, node: Any) -> None:
     """``scores.masked_fill(mask, -inf or 0)`` with a constant causal mask (the usual GPT-2
@@ -630,11 +679,8 @@ def _masked_fill(c: Capture, node: Any) -> None:
 
     x, mask, fill = node.args[:3]
     if getattr(mask, "name", None) not in c.folded:
-        raise c.unsupported(
-            node,
-            "a mask computed from the inputs (only constant causal masks "
-            "made from buffers are imported)",
-        )
+        _select(c, node, mask, fill, x)  # a padding mask computed from an input
+        return
     _fill_causal(c, node, x, c.folded[mask.name].to(torch.bool), fill)
 
 
@@ -646,7 +692,8 @@ def _where(c: Capture, node: Any) -> None:
 
     cond, a, b = node.args[:3]
     if getattr(cond, "name", None) not in c.folded:
-        raise c.unsupported(node, "a condition computed from the inputs (only constant masks)")
+        _select(c, node, cond, a, b)
+        return
     keep = c.folded[cond.name].to(torch.bool)
     if c.is_tensor(a) and a.name not in c.folded:
         _fill_causal(c, node, a, ~keep, b)
@@ -654,6 +701,25 @@ def _where(c: Capture, node: Any) -> None:
         _fill_causal(c, node, b, keep, a)
     else:
         raise c.unsupported(node, "a select between two activations")
+
+
+def _select(c: Capture, node: Any, cond: Any, a: Any, b: Any) -> None:
+    """``where(cond, a, b)`` with a condition computed from the inputs -> ``ops.where``; a
+    Python number or a 0-d constant operand is an ``ops.constant``."""
+    keys: list[str] = []
+    dims: list[Any] = []
+    for arg in (cond, a, b):
+        if c.is_tensor(arg):
+            key = c.plain(arg)
+            dims = c.broadcast(node, dims, c.dims[key])
+        elif isinstance(arg, int | float) and not isinstance(arg, bool):
+            key = c.op(node, L.Constant(float(arg)), [])
+            c.dims[key] = []
+        else:
+            raise c.unsupported(node, f"a {type(arg).__name__} operand")
+        keys.append(key)
+    c.op(node, L.Where(), keys)
+    c.set(node, dims)
 
 
 def _fill_causal(c: Capture, node: Any, x: Any, hidden: Any, fill: Any) -> None:
