@@ -21,6 +21,7 @@ from ncd.op import Op, registrar
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
 from ncd.primitives import routing as R
+from ncd.primitives import window as W
 from ncd.walk import rule_for
 
 __all__ = ["FLOP_RULES", "flops"]
@@ -152,6 +153,13 @@ def _experts(op: R.Experts, node: Node, size: Size) -> dict[str, sp.Expr]:
         _kind(op.activation): tokens * k * f,
         "vector": tokens * k * (f + 3 * d),
     }
+
+
+@rule(W.Window)
+def _window(op: W.Window, node: Node, size: Size) -> dict[str, sp.Expr]:
+    # an index map read in place by its reader: the convolution's work is its einsum's
+    # (2 N C_out C_in/groups K L_out), the window's taps are address arithmetic
+    return {}
 
 
 def flops(node: Node, size: Size) -> dict[str, sp.Expr]:

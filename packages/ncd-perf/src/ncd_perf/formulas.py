@@ -44,17 +44,19 @@ PARAM_ACCESS: dict[type, Callable[[Any, tuple[Axis, ...]], tuple[Axis, ...]]] = 
 }
 
 
-def _routed_experts(node: Any, size: Callable[[Axis], sp.Expr]) -> sp.Expr:
-    return sp.Integer(node.op.k) / size(node.op.experts)
+def _routed_experts(node: Any, size: Callable[[Axis], sp.Expr]) -> tuple[sp.Expr, sp.Expr]:
+    op = node.op
+    return sp.Integer(op.k) / size(op.experts), sp.Min(size(op.d_model), size(op.d_ff))
 
 
-#: op class -> (node, size) -> the share of the kernel's rows that reads each slice of the
-#: op's parameters, for ops that route rows to slices (``Experts``: each token runs ``k`` of
+#: op class -> (node, size) -> ``(share, columns)`` for ops that route rows to slices of their
+#: parameters: the share of the kernel's rows that reads each slice, and the output columns
+#: a tile's work may be cut into (``Experts``: each token runs ``k`` of
 #: the ``E`` experts, so an expert's weights serve ``k/E`` of the tokens). A routed parameter
 #: streams through once per tile of the rows routed to it (at least once) and is not resident:
 #: the grouped-GEMM schedule holds a token tile and its output, streaming each expert's
 #: weights and its hidden layer (``d_ff``) in chunks, lower order like any stream's chunks.
-PARAM_ROUTED: dict[type, Callable[[Any, Callable[[Axis], sp.Expr]], sp.Expr]] = {
+PARAM_ROUTED: dict[type, Callable[[Any, Callable[[Axis], sp.Expr]], tuple[sp.Expr, sp.Expr]]] = {
     R.Experts: _routed_experts,
 }
 
@@ -159,11 +161,11 @@ class KernelFormulas:
             n = graph.nodes[i]
             access = PARAM_ACCESS.get(type(n.op))
             routed = PARAM_ROUTED.get(type(n.op))
-            share = routed(n, self.size) if routed is not None else None
-            if share is not None:
-                cols = [self.size(a) for a in (n.op.d_model, n.op.d_ff)]
-                if all(c.is_Integer for c in cols):
-                    self.split = max(self.split, int(min(cols)))
+            share = None
+            if routed is not None:
+                share, cols = routed(n, self.size)
+                if cols.is_Integer:
+                    self.split = max(self.split, int(cols))
             for _, p in n.params():  # each parameter in its own format (a cast model's tables)
                 axes = access(n, p.axes) if access is not None else p.axes
                 if share is not None:
