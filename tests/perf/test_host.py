@@ -104,3 +104,30 @@ def test_the_issues_host_line_runs_as_written() -> None:
     text = str(priced)
     assert "performance model on host" in text and "as target 'opencl'" in text
     assert priced.time is not None and priced.time > 0
+
+
+def test_a_targets_plan_is_priced_at_the_rates_its_code_achieves_here() -> None:
+    pytest.importorskip("ncd_opencl")
+    sm = ops.softmax("x").over("r").bind(r=256, x=256)
+    priced = ncd_perf.cost(sm, "host", plan=ncd.plan(sm, target="opencl"))
+    m = priced.machine
+    rates = host.calibration().targets["opencl"]  # measured once, cached with the host
+    assert set(rates) == {"matrix", "special", "erf", "reduce", "launch"}
+    assert m.rate("special", "float32", "opencl") == rates["special"]
+    assert m.rate("reduce", "float32", "opencl") == rates["reduce"]
+    assert m.launch_latency == rates["launch"]
+    # without the target, the NumPy rates stand
+    assert m.rate("special", "float32") == host.calibration().measured["exp_float32"]
+    again = ncd_perf.cost(sm, "host", plan=ncd.plan(sm, target="opencl"))
+    assert again.machine.targets == m.targets  # read back from the cache, not measured again
+    assert "code opencl generates" in host.calibration().describe()
+
+
+def test_the_host_adds_op_classes_and_overlaps_memory() -> None:
+    m = ncd_perf.load_machine("host")
+    assert m.overlap == "compute-sum"
+    sm = ops.softmax("x").over("r").bind(r=512, x=512)
+    (k,) = ncd_perf.cost(sm, m).kernels
+    compute = sum(t for name, t in k.parts.items() if name.endswith("compute"))
+    memory = max(t for name, t in k.parts.items() if not name.endswith("compute"))
+    assert k.time == pytest.approx(m.launch_latency + max(compute, memory))

@@ -45,8 +45,8 @@ def test_one_kernel_cost_per_plan_kernel() -> None:
 def test_plan_levels_map_onto_machine_levels() -> None:
     model = _linear()
     plan = _with_choices(ncd.fuse(model), 32, 4)
-    (kc,) = ncd_perf.cost(model, "h100", plan=plan).kernels
-    assert [lv.name for lv in kc.levels] == ["L2", "SMEM", "registers"]
+    (kc,) = ncd_perf.cost(model, "cpu", plan=plan).kernels
+    assert [lv.name for lv in kc.levels] == ["L3", "L2", "L1"]
     (ts, te) = kc.formulas.tiles.values()
     # the work-group tile prices the outer levels, the work-item block the innermost
     assert [lv.tiles[ts] for lv in kc.levels] == [32, 32, 4]
@@ -54,10 +54,26 @@ def test_plan_levels_map_onto_machine_levels() -> None:
     assert all(lv.method.startswith("given") for lv in kc.levels)
 
 
+def test_a_gpu_widens_a_targets_tiles_by_what_runs_together() -> None:
+    model = _linear()
+    plan = _with_choices(ncd.fuse(model), 32, 4)
+    (kc,) = ncd_perf.cost(model, "h100", plan=plan).kernels
+    assert [lv.name for lv in kc.levels] == ["L2", "SMEM", "registers"]
+    (ts, te) = kc.formulas.tiles.values()
+    # L2 is shared by the 132 SMs' blocks (up to the axis, 512); a warp's 32 lanes share
+    # their shared-memory reads (up to the work-group tile); the other tile stays as given
+    assert [lv.tiles[ts] for lv in kc.levels] == [512, 32, 32]
+    assert [lv.tiles[te] for lv in kc.levels] == [32, 32, 4]
+    # a plan that is no target's (ncd.fuse's own tiles) is priced literally
+    literal = attrs.evolve(plan, target=None)
+    (kl,) = ncd_perf.cost(model, "h100", plan=literal).kernels
+    assert [lv.tiles[ts] for lv in kl.levels] == [32, 32, 4]
+
+
 def test_level0_choices_price_every_level() -> None:
     model = _linear()
     plan = _with_choices(ncd.fuse(model), 64, None)
-    (kc,) = ncd_perf.cost(model, "h100", plan=plan).kernels
+    (kc,) = ncd_perf.cost(model, "cpu", plan=plan).kernels
     assert all(set(lv.tiles.values()) == {sp.Integer(64)} for lv in kc.levels)
 
 
@@ -110,4 +126,7 @@ def test_an_opencl_plan_is_priced_kernel_for_kernel(machine: str) -> None:
     assert len(cost.kernels) == len(plan.kernels) == 20
     retiled = ncd.plan(gpt, target="opencl", tiles={("k4_*", "seq", 0): 8})
     before, after = (ncd_perf.cost(gpt, machine, plan=p).kernels[6] for p in (plan, retiled))
-    assert before.levels[0].transfers != after.levels[0].transfers
+    # on the GPU the shared L2 sees every SM's blocks together (the whole 64-row axis either
+    # way), so the retiling shows at the per-SM levels
+    level = 1 if machine == "h100" else 0
+    assert before.levels[level].transfers != after.levels[level].transfers

@@ -38,7 +38,7 @@ def configure_perf(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--overlap",
-        choices=["max", "sum"],
+        choices=["max", "sum", "compute-sum"],
         help="how levels and op classes combine: max (overlap, the roofline) or sum (the "
         "napkin paper's); default the machine's",
     )

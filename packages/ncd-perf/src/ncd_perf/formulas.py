@@ -114,6 +114,10 @@ class KernelFormulas:
             k = names[g.name] = names.get(g.name, 0) + 1
             self.tiles[g] = sp.Symbol(f"t_{g.name}" + (f"_{k}" if k > 1 else ""), positive=True)
         self.dtype = dtype
+        #: ``(query axis, share)`` of a causally masked streamed kernel (set by ``cost``):
+        #: values carrying the streamed axis but not the query axis (keys and values) are
+        #: re-read per query tile only up to its diagonal, ``share`` of them
+        self.masked: tuple[Axis, sp.Expr] | None = None
         self._values()
 
     def root(self, a: Axis) -> Axis:
@@ -200,6 +204,10 @@ class KernelFormulas:
                 reuse = self._reuse(axes, tiles)
                 if i in self.routed:  # once per tile of the rows routed to it, at least once
                     reuse = sp.Max(1, self.routed[i] * reuse)
+                if self.masked is not None and self.stream is not None:
+                    roots = {self.root(a) for a in axes}
+                    if self.root(self.stream) in roots and self.masked[0] not in roots:
+                        reuse = reuse * self.masked[1]
                 n = sp.Mul(*(self.size(a) for a in axes)) * reuse
                 total += n * (sp.Float(nbytes) if unit == "bytes" and nbytes != 1 else 1)
         return sp.expand(total) if unit == "elements" else total

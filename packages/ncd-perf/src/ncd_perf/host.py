@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 #: bump when ``measure`` changes what it records: older cached files are measured again
-VERSION = 2
+VERSION = 3
 
 #: assumed cache sizes where the OS reports none (level -> bytes), said so in ``sources``
 FALLBACK_CACHES = {1: 32 << 10, 2: 512 << 10, 3: 8 << 20}
@@ -284,6 +284,8 @@ def measure(info: HostInfo, *, repeats: int = 3, volume: int = 48 << 20) -> dict
         three = np.dtype(dtype).type(3)
         t = each(np.multiply, [(a, three, b) for a, b in bufs])
         out[f"vector_{dtype}"] = cores * reps * n / t
+        t = each(partial(np.add.reduce, axis=-1), [(a,) for a, _ in bufs])
+        out[f"reduce_{dtype}"] = cores * reps * n / t
         reps = max(1, reps // 16)
         bufs = [_repeated(np, n, dtype, reps) for _ in range(cores)]
         out[f"exp_{dtype}"] = cores * reps * n / each(np.exp, list(bufs))
@@ -324,6 +326,8 @@ class Calibration:
     stamp: str
     path: str
     fresh: bool  # measured by this call, not read from the cache
+    #: achieved rates of the code a target generates (``measure_target``), by target
+    targets: dict[str, dict[str, float]] = attrs.field(factory=dict)
 
     def describe(self) -> str:
         m = self.measured
@@ -340,7 +344,12 @@ class Calibration:
             lines.append(
                 f"  DRAM copy without write-allocate (memcpy): {m['copy_DRAM'] / 1e9:.1f} GB/s"
             )
-        for key, unit in (("matmul", "FLOP/s"), ("vector", "FLOP/s"), ("exp", "/s")):
+        for key, unit in (
+            ("matmul", "FLOP/s"),
+            ("vector", "FLOP/s"),
+            ("reduce", "FLOP/s"),
+            ("exp", "/s"),
+        ):
             lines.append(
                 f"  {key:<7} "
                 + ", ".join(
@@ -348,6 +357,11 @@ class Calibration:
                 )
             )
         lines.append(f"  erf     float32 {m['erf_float32'] / 1e9:.3g} G/s")
+        for target, rates in sorted(self.targets.items()):
+            shown = [f"{k} {v / 1e9:.3g} G/s" for k, v in sorted(rates.items()) if k != "launch"]
+            if "launch" in rates:
+                shown.append(f"launch {rates['launch'] * 1e6:.0f} us")
+            lines.append(f"  code {target} generates: " + ", ".join(shown))
         return "\n".join(lines)
 
 
@@ -375,27 +389,108 @@ def calibration(refresh: bool = False) -> Calibration:
             with open(path) as f:
                 data = json.load(f)
             if data.get("version") == VERSION and data.get("key") == info.key:
-                return Calibration(info, dict(data["measured"]), data["stamp"], path, False)
+                targets = {t: dict(r) for t, r in data.get("targets", {}).items()}
+                return Calibration(
+                    info, dict(data["measured"]), data["stamp"], path, False, targets
+                )
         except (OSError, ValueError, KeyError):
             pass
     measured = measure(info)
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    cal = Calibration(info, measured, stamp, path, True)
+    _write(cal)
+    return cal
+
+
+def _write(cal: Calibration) -> None:
+    os.makedirs(os.path.dirname(cal.path), exist_ok=True)
+    tmp = f"{cal.path}.{os.getpid()}.tmp"
+    data = {
+        "version": VERSION,
+        "key": cal.info.key,
+        "info": attrs.asdict(cal.info),
+        "measured": cal.measured,
+        "stamp": cal.stamp,
+        "targets": cal.targets,
+    }
     with open(tmp, "w") as f:
-        json.dump(
-            {
-                "version": VERSION,
-                "key": info.key,
-                "info": attrs.asdict(info),
-                "measured": measured,
-                "stamp": stamp,
-            },
-            f,
-            indent=1,
-        )
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
-    return Calibration(info, measured, stamp, path, True)
+        json.dump(data, f, indent=1)
+    os.replace(tmp, cal.path)  # atomic: a concurrent reader sees the old file or the new one
+
+
+def measure_target(target: str, *, repeats: int = 5) -> dict[str, float]:
+    """Achieved rates of the code ``target`` generates on this host, each from one op class
+    compiled with ``ncd.compile(model, target)`` on cache-resident data (best of
+    ``repeats`` after a warm-up): ``matrix`` (FLOP/s of a 512 x 512 -> 512 float32 linear),
+    ``special`` (``exp`` values per second over 1024 x 1024), ``erf`` (exact GELU, the same),
+    ``reduce`` (elements per second summed along rows of 1024 x 1024), ``launch`` (seconds of
+    a call of a one-kernel program on 16 elements, priced per kernel: an upper bound, since
+    part of it is the call's)."""
+    import numpy as np
+
+    import ncd
+    from ncd import ops
+
+    rng = np.random.default_rng(0)
+    n = 1024
+    rows, cols = ncd.Axis("r", size=n), ncd.Axis("c", size=n)
+    m = 512
+    mm = ops.linear(ncd.Axis("i", size=m), ncd.Axis("o", size=m), bias=False)
+    cases: list[tuple[str, Any, list[Any], float]] = [
+        (
+            "matrix",
+            mm.over(ncd.Axis("t", size=m)),
+            [rng.standard_normal((m, m), np.float32)],
+            2.0 * m**3,
+        ),
+        ("special", ops.unary("exp").over(cols).over(rows), [np.ones((n, n), np.float32)], n * n),
+        ("erf", ops.gelu().over(cols).over(rows), [np.ones((n, n), np.float32)], n * n),
+        ("reduce", ops.sum(cols).over(rows), [np.ones((n, n), np.float32)], n * n),
+        ("launch", ops.unary("exp").over(ncd.Axis("e", size=16)), [np.ones(16, np.float32)], 0.0),
+    ]
+    out = {}
+    for kind, model, xs, count in cases:
+        exe: Any = ncd.compile(model, target)  # a backend's executable takes out=
+        params = ncd.init(model, seed=0)
+        got = exe(*xs, params=params)
+        keep = got.copy()
+        best = float("inf")
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            exe(*xs, params=params, out=keep)
+            best = min(best, time.perf_counter() - t0)
+        out[kind] = count / best if count else best
+    return out
+
+
+def with_target(machine: Machine, target: str) -> Machine:
+    """``machine`` (the host) with the achieved rates of ``target``'s code, measured once per
+    host and cached beside the calibration; unchanged when the target cannot run here (its
+    plugin or device missing), its NumPy rates then standing in."""
+    from ncd.errors import NcdError
+
+    cal = calibration()
+    if target not in cal.targets:
+        try:
+            rates = measure_target(target)
+        except (NcdError, ImportError, RuntimeError, OSError):
+            return machine
+        cal = attrs.evolve(cal, targets={**cal.targets, target: rates})
+        _write(cal)
+    rates = dict(cal.targets[target])
+    launch = rates.pop("launch", machine.launch_latency)
+    achieved = {k: dict.fromkeys(("float32", "bfloat16", "float16"), r) for k, r in rates.items()}
+    sources = {
+        **machine.sources,
+        f"target {target}": f"ncd_perf.host.measure_target({target!r}): one op class each, "
+        f"compiled by ncd, cached in {cal.path}",
+    }
+    return attrs.evolve(
+        machine,
+        targets={**machine.targets, target: achieved},
+        sources=sources,
+        launch_latency=launch,
+    )
 
 
 def host_machine(refresh: bool = False) -> Machine:
@@ -426,6 +521,8 @@ def host_machine(refresh: bool = False) -> Machine:
         | dict.fromkeys(half, f32["matmul"]),
         "vector": {"float32": f32["vector"], "float64": m["vector_float64"]}
         | dict.fromkeys(half, f32["vector"]),
+        "reduce": {"float32": m["reduce_float32"], "float64": m["reduce_float64"]}
+        | dict.fromkeys(half, m["reduce_float32"]),
         "special": {"float32": f32["exp"], "float64": m["exp_float64"]}
         | dict.fromkeys(half, f32["exp"]),
         "erf": dict.fromkeys(("float32", *half), m["erf_float32"]),
@@ -436,6 +533,9 @@ def host_machine(refresh: bool = False) -> Machine:
         f"{info.cores} threads at once, best of 3",
         "formats": "16-bit and 8-bit floats are converted to float32 on a CPU: float32's rates",
         "launch": "a parallel region's fork/join, of the order of microseconds: 5 us assumed",
+        "overlap": "compute-sum: a core runs one instruction stream, so exp polynomials, "
+        "reductions and FMAs share its ports and add; out-of-order execution and prefetch "
+        "overlap memory with them",
     }
     return Machine(
         "host",
@@ -444,6 +544,7 @@ def host_machine(refresh: bool = False) -> Machine:
         5e-6,
         sources=sources,
         description=f"this machine, detected and measured: {info.describe()}",
+        overlap="compute-sum",  # one instruction stream per core; prefetch hides memory
     )
 
 

@@ -49,7 +49,7 @@ class Link:
 
 
 #: a FLOP kind a machine has no rate for is priced at the next kind's rate
-RATE_FALLBACK = {"erf": "special", "special": "vector"}
+RATE_FALLBACK = {"erf": "special", "special": "vector", "reduce": "vector"}
 
 
 def _family(dtype: str) -> str:
@@ -63,8 +63,10 @@ def _family(dtype: str) -> str:
     return dtype.split("_")[0]
 
 
-#: ``Machine.overlap`` and ``cost(overlap=)``
-OVERLAPS = ("max", "sum")
+#: ``Machine.overlap`` and ``cost(overlap=)``: everything overlaps (the roofline); everything
+#: serialises (the napkin paper's sum); op classes add but memory overlaps them (one
+#: instruction stream per core: a CPU's exp polynomial and matmul FMAs share its vector ports)
+OVERLAPS = ("max", "sum", "compute-sum")
 
 
 def _levels(value: Any) -> tuple[Level, ...]:
@@ -90,8 +92,12 @@ class Machine:
     #: allocated per warp in multiples of it), ``warp``; empty for machines without SMs
     sm: Mapping[str, int] = attrs.field(factory=dict)
     #: how a kernel's times per level and per op class combine: ``"max"`` (they overlap: the
-    #: roofline, ncd's default) or ``"sum"`` (they serialise, as the napkin paper writes it)
+    #: roofline, ncd's default), ``"sum"`` (they serialise, as the napkin paper writes it) or
+    #: ``"compute-sum"`` (op classes add, memory overlaps them: ``OVERLAPS``)
     overlap: str = "max"
+    #: achieved rates of the code a target generates, ``{target: {kind: {dtype: op/s}}}``,
+    #: used in place of ``compute`` when a target's plan is priced (the host measures them)
+    targets: Mapping[str, Mapping[str, Mapping[str, float]]] = attrs.field(factory=dict)
 
     @classmethod
     def two_level(
@@ -107,13 +113,17 @@ class Machine:
         cap = None if fast_capacity in (None, sp.oo) else fast_capacity
         return cls(name, (Level("slow"), Level("fast", cap, bandwidth, 1, unit)))
 
-    def rate(self, kind: str, dtype: str) -> float | None:
-        """Op/s for ``kind`` in ``dtype``. A kind the machine does not list falls back along
-        ``RATE_FALLBACK`` (``erf`` to ``special`` to ``vector``); within a kind, a dtype not
-        listed takes float32's rate (an unknown dtype is refused by ``cost``)."""
-        while kind not in self.compute and kind in RATE_FALLBACK:
+    def rate(self, kind: str, dtype: str, target: str | None = None) -> float | None:
+        """Op/s for ``kind`` in ``dtype`` (for the code ``target`` generates, where the machine
+        holds its achieved rates). A kind the machine does not list falls back along
+        ``RATE_FALLBACK`` (``erf`` to ``special`` to ``vector``, ``reduce`` to ``vector``);
+        within a kind, a dtype not listed takes float32's rate; a name that is no format is
+        an ``UnknownDTypeError``."""
+        achieved = self.targets.get(target or "", {})
+        compute = {**self.compute, **achieved} if achieved else self.compute
+        while kind not in compute and kind in RATE_FALLBACK:
             kind = RATE_FALLBACK[kind]
-        table = self.compute.get(kind) or self.compute.get("vector") or {}
+        table = compute.get(kind) or compute.get("vector") or {}
         for key in (dtype, _family(dtype), "float32"):
             if key in table:
                 return float(table[key])

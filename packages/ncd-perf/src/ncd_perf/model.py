@@ -185,7 +185,7 @@ def cost(
     as torch's ``allow_tf32`` and cuBLAS do), ``"ieee"`` (default): full float32.
     ``overlap``: how a kernel's per-level and per-op-class times combine, ``"max"`` (they
     overlap, the roofline) or ``"sum"`` (they serialise, the napkin paper's sum); default the
-    machine's ``overlap``."""
+    machine's ``overlap``; ``"compute-sum"``: op classes add, memory overlaps them (a CPU)."""
     from ncd.axis import dtype_bytes
     from ncd.errors import DefinitionError
 
@@ -197,11 +197,17 @@ def cost(
     if overlap is not None and overlap not in OVERLAPS:
         raise DefinitionError(
             f"ncd_perf.cost(overlap={overlap!r}): unknown overlap policy. Fix: one of "
-            f"{', '.join(OVERLAPS)} (max: levels and op classes overlap; sum: they add up)."
+            f"{', '.join(OVERLAPS)} (max: levels and op classes overlap; sum: they add up; "
+            "compute-sum: op classes add, memory overlaps them)."
         )
     if dtype is not None:
         dtype_bytes(dtype)  # an unknown format is an UnknownDTypeError naming the formats
     machine = load_machine(machine)
+    target = plan.target if plan is not None else None
+    if target and machine.name == "host" and target not in machine.targets:
+        from ncd_perf.host import with_target
+
+        machine = with_target(machine, target)  # the target's achieved rates, measured once
     if overlap is not None:
         machine = attrs.evolve(machine, overlap=overlap)
     graph = _graph(model, bind)
@@ -214,7 +220,10 @@ def cost(
         key = _key(kernel)
         if key not in cache:
             f = KernelFormulas(kernel, size, dtype)
-            cache[key] = (f, _levels(f, machine))
+            masked = _causal_share(kernel, size)
+            if masked is not None and masked[2].is_number:
+                f.masked = (f.root(masked[0]), masked[2])  # the keys' re-reads shrink too
+            cache[key] = (f, _levels(f, machine, plan.target is not None))
         f, levels = cache[key]
         kc = KernelCost(
             kernel,
@@ -224,7 +233,7 @@ def cost(
             levels,
             collectives(kernel, size, dict(parallel or {}), dtype),
         )
-        _roofline(kc, machine, precision)
+        _roofline(kc, machine, precision, target)
         used = (resources or {}).get(kernel.name)
         if used:
             kc.occupancy = occupancy(
@@ -307,12 +316,16 @@ def _causal_share(kernel: Kernel, size: Any) -> tuple[Any, Any, sp.Expr] | None:
     return None
 
 
-def _given_tiles(f: KernelFormulas, level: int, levels: int) -> dict[sp.Symbol, sp.Expr]:
+def _given_tiles(
+    f: KernelFormulas, level: int, levels: int, widen: int = 1
+) -> dict[sp.Symbol, sp.Expr]:
     """Int group tiles the kernel's schedule fixes for machine level ``level`` (1 = the first
     below the backing store, of ``levels``): priced as given instead of chosen. The schedule's
     innermost level (a work-item's block) prices the machine's innermost level, its level 0 (a
     work-group) the levels outside; a kernel with level-0 tiles only is priced with them at
-    every level. Tiles the schedule leaves open are ``choose_tiles``'s."""
+    every level. Tiles the schedule leaves open are ``choose_tiles``'s. ``widen`` > 1 (a GPU,
+    ``_widen``) multiplies the first int tile, up to its enclosing tile and its axis: units
+    that run at once and read the same data are served by one transfer."""
     sched = f.kernel.schedule
     ints = [
         (p, p.tile)
@@ -328,18 +341,41 @@ def _given_tiles(f: KernelFormulas, level: int, levels: int) -> dict[sp.Symbol, 
             if p.level == lv:  # sorted: the root's own partition last, so it wins
                 root = f.root(p.axis)
                 here[f.tiles[root]] = sp.Min(sp.Integer(tile), f.size(root))
+        if lv == want and widen > 1 and here:
+            first = next(iter(here))
+            outer = out.get(first)
+            wide = here[first] * widen
+            wide = sp.Min(wide, outer) if outer is not None else wide
+            here[first] = sp.Min(wide, f.size(next(a for a, t in f.tiles.items() if t == first)))
         out.update(here)
     return out
 
 
-def _levels(f: KernelFormulas, machine: Machine) -> list[LevelCost]:
+def _widen(machine: Machine, level: int) -> int:
+    """How many of a GPU plan's units read the same operands together at machine ``level``:
+    at the innermost level the threads of a warp (a shared-memory word read by several lanes
+    is one access, a broadcast: CUDA C++ Programming Guide, shared memory); at a level shared
+    by every SM (L2) the blocks resident at once, one per SM (blocks of neighbouring tiles
+    run together and hit the same lines in L2). 1 on machines without SM limits."""
+    if not machine.sm:
+        return 1
+    if level == len(machine.levels) - 1:
+        return int(machine.sm.get("warp", 1))
+    if machine.levels[level].instances == 1:
+        return max(lv.instances for lv in machine.levels)
+    return 1
+
+
+def _levels(f: KernelFormulas, machine: Machine, rendered: bool = False) -> list[LevelCost]:
+    """Each level's tiles, transfers and residency; ``rendered``: the plan is a target's, its
+    level-0 tiles blocks and level-1 tiles threads (widened on a GPU, ``_widen``)."""
     h, hb = f.transfers("elements"), f.transfers("bytes")
     hw = f.transfers("bytes", ("out",))
     out = []
     upper: dict[sp.Symbol, sp.Expr] | None = None
     n = len(machine.levels) - 1
     for i, lv in enumerate(machine.levels[1:], start=1):
-        given = _given_tiles(f, i, n)
+        given = _given_tiles(f, i, n, _widen(machine, i) if rendered else 1)
         sizes = {t: s for t, s in f.group_sizes().items() if t not in given}
         m = f.resident(lv.unit)
         if given:
@@ -412,7 +448,9 @@ def _waves(kc: KernelCost, machine: Machine) -> float:
     return blocks / (waves * slots) if waves else 1.0
 
 
-def _roofline(kc: KernelCost, machine: Machine, precision: str = "ieee") -> None:
+def _roofline(
+    kc: KernelCost, machine: Machine, precision: str = "ieee", target: str | None = None
+) -> None:
     parts: dict[str, float] = {}
     waves = _waves(kc, machine)
     if waves < 1.0:
@@ -421,7 +459,7 @@ def _roofline(kc: KernelCost, machine: Machine, precision: str = "ieee") -> None
         fmt = kc.dtype
         if precision == "tf32" and kind == "matrix" and fmt == "float32":
             fmt = "tfloat32"
-        rate, count = machine.rate(kind, fmt), _number(n)
+        rate, count = machine.rate(kind, fmt, target), _number(n)
         if rate is None or count is None:
             return
         parts[f"{kind} compute"] = count / rate / waves
@@ -446,7 +484,16 @@ def _roofline(kc: KernelCost, machine: Machine, precision: str = "ieee") -> None
     # kernels (tensor-parallel all-reduce, MoE all-to-all), so they add either way.
     kc.parts = dict(parts)
     local = max(parts, key=lambda k: parts[k])
-    busy = sum(parts.values()) if machine.overlap == "sum" else parts[local]
+    if machine.overlap == "sum":
+        busy = sum(parts.values())
+    elif machine.overlap == "compute-sum":
+        compute = sum(t for k, t in parts.items() if k.endswith(" compute"))
+        memory = max((t for k, t in parts.items() if not k.endswith(" compute")), default=0.0)
+        busy = max(compute, memory)
+        if compute >= memory:
+            local = max((k for k in parts if k.endswith(" compute")), key=lambda k: parts[k])
+    else:
+        busy = parts[local]
     if comm > busy:
         link = machine.interconnect.name if machine.interconnect else "link"
         kc.parts[f"collectives ({link})"] = comm
