@@ -3,8 +3,8 @@ model at once, grouped by the module it came from, with advice specific to each 
 
 ``Capture`` walks the whole graph before raising: an op without a rule, or a rule that refuses
 the form it meets, is noted as a ``Problem`` and its result is poisoned (ops reading only
-poisoned values are skipped, ops without a rule are still noted), so a conv net lists every
-convolution, pooling and batch norm in one message instead of stopping at the first.
+poisoned values are skipped, ops without a rule are still noted), so a ResNet lists every
+batch norm and adaptive pooling in one message instead of stopping at the first.
 """
 
 from __future__ import annotations
@@ -19,11 +19,17 @@ __all__ = ["ADVICE", "Problem", "Site", "advice", "report", "supported_ops"]
 
 #: ATen op name (or a prefix of it ending in ``*``) -> why it does not import and what to do.
 ADVICE: dict[str, str] = {
-    "aten.conv*": "convolution is not supported yet",
-    "aten.cudnn_convolution*": "convolution is not supported yet",
-    "aten.max_pool*": "pooling is not supported yet",
-    "aten.avg_pool*": "pooling is not supported yet",
-    "aten.adaptive_*": "pooling is not supported yet",
+    "aten.conv*": "convolution imports in 1-d and 2-d (nn.Conv1d/Conv2d: windows then an einsum, "
+    "with stride, int padding, dilation, groups, bias); 3-d and transposed ones do not yet: build "
+    "them with ncd.ops.window and ncd.ops.einsum",
+    "aten.cudnn_convolution*": "export the model on the CPU: aten.conv1d/conv2d import (windows "
+    "then an einsum)",
+    "aten.max_pool*": "max pooling imports in 1-d and 2-d (a windowed max; ceil_mode only where "
+    "it adds no partial window); 3-d and returned indices do not yet",
+    "aten.avg_pool*": "average pooling imports in 1-d and 2-d (a windowed mean, "
+    "count_include_pad=True or no padding); 3-d and divisor_override do not yet",
+    "aten.adaptive_*": "adaptive pooling is not supported yet: an output size that divides the "
+    "input is nn.AvgPool2d/MaxPool2d with kernel = stride = input // output",
     "aten.batch_norm": "batch norm is not supported yet (eval-mode BatchNorm folds into the "
     "layer before it: fold it in PyTorch before importing)",
     "aten._native_batch_norm_legit*": "batch norm is not supported yet (eval-mode BatchNorm "

@@ -803,4 +803,5 @@ def _additive_mask(c: Capture, node: Any, a: Any, b: Any) -> bool:
     return True
 
 
+import ncd_torch._import_conv  # noqa: E402, F401  (registers the conv and pooling rules)
 from ncd_torch import _import_llama  # noqa: E402  (registers the slice, cat and rotary rules)

@@ -1,0 +1,202 @@
+"""Import rules for convolution and pooling (``aten.conv1d/2d``, ``aten.max_pool1d/2d``,
+``aten.avg_pool1d/2d``): each spatial dim becomes an ``ops.window`` (positions x offsets), a
+convolution then one einsum with the weight (kept in PyTorch's ``(out, in/groups, *kernel)``
+layout, so the checkpoint loads as it is) and a pooling one reduction over the offsets."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ncd import ops as L
+from ncd.primitives.library import Parameter
+from ncd_torch._import_rules import import_rule
+
+if TYPE_CHECKING:
+    from ncd_torch._capture import Capture
+
+__all__: list[str] = []
+
+_SPATIAL = {1: ("l",), 2: ("h", "w")}
+
+
+def _arg(node: Any, k: int, name: str, default: Any) -> Any:
+    if len(node.args) > k:
+        return node.args[k]
+    return node.kwargs.get(name, default)
+
+
+def _ints(value: Any, nd: int, default: tuple[int, ...]) -> tuple[int, ...]:
+    """An int or a list of ints as ``nd`` ints (an empty list: ``default``, torch's stride)."""
+    if value is None or (isinstance(value, Sequence) and len(value) == 0):
+        return default
+    vals = (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
+    return vals * nd if len(vals) == 1 else vals
+
+
+def _windows(
+    c: Capture,
+    node: Any,
+    x: str,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    fill: float,
+) -> tuple[str, list[Any], list[int], list[int]]:
+    """One window per spatial dim of ``x`` (its last ``len(kernel)`` dims): the value read,
+    the dims before them, and the position and offset variables."""
+    nd = len(kernel)
+    dims = c.dims[x]
+    lead, spatial = list(dims[:-nd]), list(dims[-nd:])
+    if any(not isinstance(d, int) for d in spatial):
+        raise c.unsupported(node, "a window over a broadcast or folded dim")
+    shape = c.shape(node)[-nd:]
+    outs, offsets = [], []
+    cur = x
+    for i, name in enumerate(_SPATIAL[nd]):
+        c.axes.hint(spatial[i], name, 0.3)
+        o = c.axes.new(shape[i], f"{name}_out", 0.3)
+        k = c.axes.new(kernel[i], f"k{name}", 1)
+        op = L.Window(
+            c.axis(spatial[i]),
+            c.axis(o),
+            c.axis(k),
+            stride[i],
+            padding[i],
+            dilation[i],
+            fill,
+        )
+        cur = c.op(node, op, [cur], names=[])
+        outs.append(o)
+        offsets.append(k)
+    return cur, lead, outs, offsets
+
+
+def _conv(c: Capture, node: Any, nd: int) -> None:
+    x = c.plain(node.args[0])
+    weight = c.param(node.args[1])
+    bias_arg = _arg(node, 2, "bias", None)
+    bias = c.param(bias_arg) if bias_arg is not None else None
+    names = c.take_pending()
+    padding_arg = _arg(node, 4, "padding", 0)
+    if isinstance(padding_arg, str):
+        if padding_arg != "valid":
+            raise c.unsupported(node, f"padding={padding_arg!r} (pass the padding as ints)")
+        padding_arg = 0
+    stride = _ints(_arg(node, 3, "stride", 1), nd, (1,) * nd)
+    padding = _ints(padding_arg, nd, (0,) * nd)
+    dilation = _ints(_arg(node, 5, "dilation", 1), nd, (1,) * nd)
+    groups = int(_arg(node, 6, "groups", 1))
+    co, cg, *kernel = weight.shape
+    cur, lead, outs, offsets = _windows(c, node, x, kernel, stride, padding, dilation, 0.0)
+    ci = lead.pop()
+    c.axes.hint(ci, "channels", 0.2)
+    co_v = c.axes.new(co, "channels", 0.3)
+    leaf = c.leaf(node) or "conv"
+    ax = c.axis
+    if groups == 1:
+        w = c.op(
+            node,
+            Parameter((ax(co_v), ax(ci), *map(ax, offsets)), param="weight", name=leaf),
+            [],
+            {"weight": weight},
+            names=names[:1],
+        )
+        x_core = (ax(ci), *(a for o, k in zip(outs, offsets, strict=True) for a in (ax(o), ax(k))))
+        spec = L.Einsum((x_core, (ax(co_v), ax(ci), *map(ax, offsets))), (ax(co_v), *map(ax, outs)))
+        y = c.op(node, spec, [cur, w], names=[])
+    else:
+        g = c.axes.new(groups, "groups", 1)
+        cg_v = c.axes.new(cg, "c_group", 1)
+        og_v = c.axes.new(co // groups, "c_group_out", 1)
+        w = c.op(
+            node,
+            Parameter((ax(co_v), ax(cg_v), *map(ax, offsets)), param="weight", name=leaf),
+            [],
+            {"weight": weight},
+            names=names[:1],
+        )
+        xg = c.op(node, L.Window(ax(ci), ax(g), ax(cg_v), cg), [cur], names=[])
+        wg = c.op(node, L.Window(ax(co_v), ax(g), ax(og_v), co // groups), [w], names=[])
+        pairs = (a for o, k in zip(outs, offsets, strict=True) for a in (ax(o), ax(k)))
+        spec = L.Einsum(
+            ((ax(g), ax(cg_v), *pairs), (ax(g), ax(og_v), ax(cg_v), *map(ax, offsets))),
+            (ax(g), ax(og_v), *map(ax, outs)),
+        )
+        y = c.op(node, spec, [xg, wg], names=[])
+        parts = (ax(g), ax(og_v), *map(ax, outs))
+        merge = L.View(
+            parts,
+            (ax(co_v), *map(ax, outs)),
+            tuple((a,) for a in parts),
+            ((ax(g), ax(og_v)), *((ax(o),) for o in outs)),
+        )
+        y = c.op(node, merge, [y], names=[])
+    if bias is not None:
+        b = c.op(
+            node,
+            Parameter((ax(co_v),), "zeros", param="bias", name=leaf),
+            [],
+            {"bias": bias},
+            names=names[1:],
+        )
+        y = c.op(node, L.Binary("add"), [y, b], names=[])
+    c.set(node, [*lead, co_v, *outs], recorded=True)
+
+
+@import_rule("aten.conv1d")
+def _conv1d(c: Capture, node: Any) -> None:
+    _conv(c, node, 1)
+
+
+@import_rule("aten.conv2d")
+def _conv2d(c: Capture, node: Any) -> None:
+    _conv(c, node, 2)
+
+
+def _pool(c: Capture, node: Any, nd: int, fn: str) -> None:
+    x = c.plain(node.args[0])
+    kernel = _ints(node.args[1], nd, ())
+    stride = _ints(_arg(node, 2, "stride", []), nd, kernel)
+    padding = _ints(_arg(node, 3, "padding", 0), nd, (0,) * nd)
+    if fn == "max":
+        dilation = _ints(_arg(node, 4, "dilation", 1), nd, (1,) * nd)
+    else:
+        dilation = (1,) * nd
+        if not _arg(node, 5, "count_include_pad", True) and any(padding):
+            raise c.unsupported(node, "count_include_pad=False with padding")
+        if _arg(node, 6, "divisor_override", None) is not None:
+            raise c.unsupported(node, "divisor_override")
+    n_in = c.shape(node.args[0])[-nd:]
+    want = [
+        (n + 2 * p - d * (k - 1) - 1) // s + 1
+        for n, k, s, p, d in zip(n_in, kernel, stride, padding, dilation, strict=True)
+    ]
+    if list(c.shape(node)[-nd:]) != want:
+        raise c.unsupported(node, "ceil_mode=True where it adds a partial window")
+    fill = -math.inf if fn == "max" else 0.0
+    cur, lead, outs, offsets = _windows(c, node, x, kernel, stride, padding, dilation, fill)
+    c.op(node, L.Reduce(fn, tuple(c.axis(k) for k in offsets)), [cur], names=[])
+    c.set(node, [*lead, *outs], recorded=True)
+
+
+@import_rule("aten.max_pool1d")
+def _max_pool1d(c: Capture, node: Any) -> None:
+    _pool(c, node, 1, "max")
+
+
+@import_rule("aten.max_pool2d")
+def _max_pool2d(c: Capture, node: Any) -> None:
+    _pool(c, node, 2, "max")
+
+
+@import_rule("aten.avg_pool1d")
+def _avg_pool1d(c: Capture, node: Any) -> None:
+    _pool(c, node, 1, "mean")
+
+
+@import_rule("aten.avg_pool2d")
+def _avg_pool2d(c: Capture, node: Any) -> None:
+    _pool(c, node, 2, "mean")

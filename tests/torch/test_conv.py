@@ -1,0 +1,156 @@
+"""Convolution and pooling against PyTorch: ``ncd.conv``'s models (windows then an einsum, a
+windowed reduction) on the reference and through the torch export, loading torch's weights as
+they are; ``from_torch`` of small conv nets on the reference, OpenCL and back to torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ncd
+from ncd import conv
+from ncd_torch import from_torch, to_module
+from ncd_torch._import_errors import advice
+
+N = ncd.Axis("n")
+
+# (c_in, c_out, kernel, length, stride, padding, dilation, groups): sizes 1, 7 and 13, channels
+# that are not multiples of 8, each of stride 2, padding 1, dilation 2 and groups 2 or more
+CONV1D = [
+    (3, 5, 3, 13, 1, 0, 1, 1),
+    (6, 10, 3, 13, 2, 1, 2, 2),
+    (1, 1, 1, 1, 1, 0, 1, 1),
+    (7, 7, 3, 7, 1, 1, 1, 7),
+    (4, 6, 2, 7, 2, 1, 1, 2),
+]
+CONV2D = [
+    (3, 13, 3, (7, 13), 1, 1, 1, 1),
+    (6, 10, 3, (13, 7), 2, 1, 2, 2),
+    (1, 1, 1, (1, 1), 1, 0, 1, 1),
+    (5, 3, (3, 2), (7, 7), (2, 1), (1, 0), 1, 1),
+]
+
+
+def _run_both(model: Any, x: torch.Tensor, params: dict[str, torch.Tensor]) -> tuple[Any, Any]:
+    """The reference's output and the exported module's (loaded with torch's tensors)."""
+    ref = ncd.run(model, x.numpy(), params={k: v.numpy() for k, v in params.items()})
+    module = to_module(model).double()
+    module.load_state_dict(params)
+    with torch.no_grad():
+        return ref, module(x).numpy()
+
+
+@pytest.mark.parametrize("case", CONV1D, ids=str)
+def test_conv1d_matches_torch(case: tuple[int, ...]) -> None:
+    ci, co, k, length, s, p, d, g = case
+    torch.manual_seed(0)
+    w = torch.randn(co, ci // g, k, dtype=torch.float64)  # torch's layout, loaded as it is
+    b = torch.randn(co, dtype=torch.float64)
+    x = torch.randn(2, ci, length, dtype=torch.float64)
+    want = F.conv1d(x, w, b, stride=s, padding=p, dilation=d, groups=g).numpy()
+    model = conv.conv1d(ci, co, k, stride=s, padding=p, dilation=d, groups=g).over(N)
+    ref, exported = _run_both(model, x, {"conv.weight": w, "conv.bias": b})
+    assert ref.shape == want.shape
+    np.testing.assert_allclose(ref, want, atol=1e-12)
+    np.testing.assert_allclose(exported, want, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", CONV2D, ids=str)
+def test_conv2d_matches_torch(case: tuple[Any, ...]) -> None:
+    ci, co, k, (h, wd), s, p, d, g = case
+    kh, kw = (k, k) if isinstance(k, int) else k
+    torch.manual_seed(1)
+    w = torch.randn(co, ci // g, kh, kw, dtype=torch.float64)
+    b = torch.randn(co, dtype=torch.float64)
+    x = torch.randn(2, ci, h, wd, dtype=torch.float64)
+    want = F.conv2d(x, w, b, stride=s, padding=p, dilation=d, groups=g).numpy()
+    model = conv.conv2d(ci, co, k, stride=s, padding=p, dilation=d, groups=g).over(N)
+    ref, exported = _run_both(model, x, {"conv.weight": w, "conv.bias": b})
+    np.testing.assert_allclose(ref, want, atol=1e-12)
+    np.testing.assert_allclose(exported, want, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kind", "args", "shape"),
+    [
+        ("max_pool2d", (3, 2, 1), (2, 3, 13, 7)),
+        ("avg_pool2d", (3, 2, 1), (2, 3, 13, 7)),
+        ("max_pool2d", (1,), (2, 3, 1, 1)),
+        ("max_pool1d", (2,), (2, 5, 13)),
+        ("avg_pool1d", (3, 1, 1), (2, 5, 7)),
+    ],
+)
+def test_pooling_matches_torch(kind: str, args: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    x = torch.randn(*shape, dtype=torch.float64)
+    want = getattr(F, kind)(x, *args).numpy()  # avg: count_include_pad=True, torch's default
+    model = getattr(conv, kind)(*args).over(N, ncd.Axis("c"))
+    ref, exported = _run_both(model, x, {})
+    np.testing.assert_allclose(ref, want, atol=1e-12)
+    np.testing.assert_allclose(exported, want, atol=1e-12)
+
+
+def _net2d() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 13, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(13 * 3 * 6, 10),
+    ).eval()
+
+
+def _net1d() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv1d(6, 10, 3, stride=2, padding=1, dilation=2, groups=2),
+        nn.ReLU(),
+        nn.AvgPool1d(3, 2, 1),
+        nn.Conv1d(10, 5, 1),
+        nn.MaxPool1d(2),
+    ).eval()
+
+
+@pytest.mark.parametrize(("make", "shape"), [(_net2d, (2, 3, 7, 13)), (_net1d, (2, 6, 29))])
+def test_a_conv_net_imports_and_matches_torch(make: Any, shape: tuple[int, ...]) -> None:
+    torch.manual_seed(2)
+    module = make()
+    x = torch.randn(*shape)
+    imported = from_torch(module, (x,))
+    model, params = imported
+    kinds = {n.op.kind for n in model.graph.nodes}
+    assert {"window", "einsum"} <= kinds  # not an opaque box
+    with torch.no_grad():
+        want = module(x).numpy()
+    got = ncd.run(model, x.numpy(), params=params)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    back = imported.to_module()
+    back.load_state_dict(module.state_dict())  # the original checkpoint, as it is
+    with torch.no_grad():
+        np.testing.assert_allclose(back(x).numpy(), want, atol=1e-5)
+
+
+def test_an_imported_conv_net_runs_on_opencl() -> None:
+    pytest.importorskip("pyopencl")
+    torch.manual_seed(3)
+    module = _net2d()
+    x = torch.randn(2, 3, 7, 13)
+    model, params = from_torch(module, (x,))
+    with torch.no_grad():
+        want = module(x).numpy()
+    got = ncd.compile(model, "opencl")(x.numpy(), params=params)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_convolution_advice_no_longer_says_unsupported() -> None:
+    assert "not supported" not in advice("aten.conv3d").split(";")[0]
+    assert "3-d" in advice("aten.conv3d") and "imports" in advice("aten.max_pool3d")
+
+
+def test_padding_same_is_refused_by_name() -> None:
+    module = nn.Sequential(nn.Conv1d(3, 4, 3, padding="same")).eval()
+    with pytest.raises(ncd.NcdError, match="padding='same'"):
+        from_torch(module, (torch.randn(2, 3, 7),))
