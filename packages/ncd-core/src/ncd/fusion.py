@@ -247,11 +247,73 @@ def _schedule(
     raise _Reject(first_reason or f"fusing {what} needs more than one streamed axis")
 
 
-def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPlan:
+#: ``ncd.fuse(objective=)``: ``None`` keeps the merge rules' plan; ``"time"`` asks the cost model
+OBJECTIVES = (None, "time")
+
+#: the boundary reason of a chain of contractions the cost model priced apart
+_PRICED_APART = "objective='time': the cost model prices these contractions apart as cheaper"
+
+
+def fuse(
+    model: Any,
+    *,
+    tiles: dict[Axis | str, int] | None = None,
+    objective: str | None = None,
+    machine: Any = "h100",
+) -> FusionPlan:
     """Plan kernels for ``model`` (a term or a graph); see the module docstring for the rules.
 
     Partitions carry symbolic tiles ``t_<label>`` unless ``tiles`` gives ints (by axis, label or
-    tile name)."""
+    tile name). ``objective="time"``: where the rules chain one contraction into another (the
+    fused MLP: legal, but not obviously better), both plans are priced on ``machine`` by the
+    installed cost model (ncd-perf) and the cheaper is returned; its ``priced`` lists both
+    plans' times, the chosen first."""
+    if objective not in OBJECTIVES:
+        raise ScheduleError(
+            f"ncd.fuse(objective={objective!r}): unknown objective. Fix: objective='time' "
+            "(ask the cost model) or leave it out (the merge rules alone)."
+        )
+    if objective == "time":
+        return _cheapest(model, tiles, machine)
+    return _fuse(model, tiles, chain=True)
+
+
+def _cheapest(model: Any, tiles: dict[Axis | str, int] | None, machine: Any) -> FusionPlan:
+    import attrs
+
+    from ncd.plugins import registry
+
+    chained = _fuse(model, tiles, chain=True)
+    apart = _fuse(model, tiles, chain=False)
+    if len(apart.kernels) == len(chained.kernels):
+        return chained  # no contraction chained into another: nothing to ask
+    models = registry().cost_models
+    if not models:
+        raise ScheduleError(
+            "ncd.fuse(objective='time') needs a cost model and none is installed. Fix: "
+            "install ncd-perf, or leave objective out."
+        )
+    priced = []
+    for plan, what in ((chained, "contractions chained"), (apart, "contractions apart")):
+        time = (
+            models.get("perf", next(iter(models.values())))
+            .cost(plan.graph, machine, plan=plan)
+            .time
+        )
+        if time is None:
+            raise ScheduleError(
+                "ncd.fuse(objective='time'): the plan has no numeric price (free sizes). "
+                "Fix: bind every size first (model.bind(...))."
+            )
+        priced.append((plan, what, float(time)))
+    priced.sort(key=lambda p: p[2])
+    best = priced[0][0]
+    return attrs.evolve(best, priced=tuple((what, t) for _, what, t in priced))
+
+
+def _fuse(model: Any, tiles: dict[Axis | str, int] | None, chain: bool) -> FusionPlan:
+    """The merge rules' plan; ``chain=False`` also refuses to merge a contraction into a
+    kernel that already contracts (``fuse(objective="time")``'s alternative)."""
     from ncd.graph import as_graph
 
     graph = as_graph(model, "ncd.fuse")
@@ -272,7 +334,16 @@ def fuse(model: Any, *, tiles: dict[Axis | str, int] | None = None) -> FusionPla
         ]
         return list(dict.fromkeys(ks))
 
+    def contracts(nodes: list[int]) -> bool:
+        return any(graph.nodes[i].op.category == "contraction" for i in nodes)
+
     def try_merge(k: int, unit: list[int], vertical: bool) -> bool:
+        if not chain and vertical and contracts(kernels[k]) and contracts(unit):
+            for i in unit:
+                for v in graph.nodes[i].inputs:
+                    if owner.get(graph.producers.get(v, -1)) == k:
+                        reasons.setdefault(v, _PRICED_APART)
+            return False
         merged = sorted({*kernels[k], *unit})
         members = set(merged)
         what = " + ".join(graph.nodes[i].op.label for i in unit)

@@ -392,6 +392,9 @@ class FusionPlan:
     #: the target whose renderer this plan is (``ncd.plan(model, target=...)``); ``None``:
     #: ncd's own plan (``ncd.fuse``)
     target: str | None = None
+    #: ``ncd.fuse(objective="time")``: ``(plan, seconds)`` of each plan the cost model priced,
+    #: the chosen one first (its alternative's price beside it); empty otherwise
+    priced: tuple[tuple[str, float], ...] = ()
 
     def __str__(self) -> str:
         lines = [f"fusion plan: {len(self.kernels)} kernel(s) for {len(self.graph.nodes)} op(s)"]
