@@ -153,3 +153,8 @@ def test_pooling_is_a_windowed_reduction() -> None:
         conv.max_pool1d(2, 1, 2)
     with pytest.raises(SizeError, match="does not fit"):
         ncd.run(conv.max_pool2d(5).over(c), np.zeros((2, 3, 9)))
+
+
+def test_nn_reexports_convolution_and_pooling() -> None:
+    for name in ("conv1d", "conv2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d"):
+        assert getattr(ncd.nn, name) is getattr(conv, name)

@@ -20,12 +20,18 @@ from ncd.errors import DefinitionError
 
 __all__ = [
     "attention",
+    "avg_pool1d",
+    "avg_pool2d",
+    "conv1d",
+    "conv2d",
     "cross_entropy",
     "gpt",
     "gqa_attention",
     "layernorm",
     "llama",
     "llama_block",
+    "max_pool1d",
+    "max_pool2d",
     "mlp",
     "mse",
     "multihead_attention",
@@ -420,3 +426,11 @@ def mse(*, label: str = "loss") -> Term:
 
 import ncd.primitives.routing  # noqa: E402, F401  (registers the routing ops at import)
 from ncd._llama import gqa_attention, llama, llama_block, swiglu  # noqa: E402
+from ncd.conv import (  # noqa: E402  (windows then an einsum; pooling a windowed reduction)
+    avg_pool1d,
+    avg_pool2d,
+    conv1d,
+    conv2d,
+    max_pool1d,
+    max_pool2d,
+)
