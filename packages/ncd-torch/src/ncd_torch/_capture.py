@@ -90,6 +90,7 @@ class Capture(ViewsMixin):
         self.const_of = {**sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
         self.user_inputs = list(sig.user_inputs)
         self.axes = AxisTable()
+        self.merges: dict[int, tuple[int, ...]] = {}
         self.dims: dict[str, list[Any]] = {}
         self.ref: dict[str, str] = {}
         self.records: list[Record] = []

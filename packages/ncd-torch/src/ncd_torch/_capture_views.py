@@ -26,6 +26,9 @@ class ViewsMixin:
 
     dims: dict[str, list[Any]]
     axes: Any
+    #: a var made by merging others in a reshape -> those vars (a reshape splitting it back
+    #: into the same sizes gives the same axes again)
+    merges: dict[int, tuple[int, ...]]
 
     if TYPE_CHECKING:  # provided by Capture
 
@@ -164,6 +167,10 @@ class ViewsMixin:
         ):
             self.alias(node, src, [*dims[:-1], *dims[-1]])  # the split folded into nn.Linear
             return
+        flat = [v for d in dims for v in (d if isinstance(d, tuple) else (d,))]
+        if len(flat) > len(dims) and tuple(self.axes.size[v] for v in flat) == shape:
+            self.alias(node, src, flat)  # a pending merge split back as it was made
+            return
         sizes = tuple(self.axes.size[d] for d in dims if isinstance(d, int))
         if (
             len(dims) >= 2
@@ -216,6 +223,64 @@ class ViewsMixin:
             dims,
         )
 
+    def _refine(
+        self,
+        node: Any,
+        si: list[int],
+        sj: list[int],
+        ins: list[int],
+        outs: list[int],
+        in_parts: list[Any],
+        out_parts: list[Any],
+        new: list[Any],
+    ) -> None:
+        """The vars ``si`` reshaped to the sizes ``sj`` by splitting vars and merging pieces
+        (``nn.MultiheadAttention``'s ``(seq, batch, E) -> (seq, batch * heads, d_head)``): each
+        var is cut where either side has a boundary; a target dim made of several pieces is a
+        pending merge (a tuple), read by the reshape that splits it back, or merged by ``plain``.
+        """
+
+        def cuts(sizes: list[int]) -> list[int]:
+            out, acc = [], 1
+            for n in sizes:
+                acc *= n
+                out.append(acc)
+            return out
+
+        src, dst = cuts([self.axes.size[v] for v in si]), cuts(sj)
+        bounds = sorted(set(src) | set(dst))
+        if any(b % a for a, b in zip([1, *bounds], bounds, strict=False)):
+            raise self.unsupported(node, f"the reshape to {sj} (split and merge at once)")
+        pieces: list[int] = []
+        low = 1
+        for v, high in zip(si, src, strict=True):
+            inner = [b for b in bounds if low < b <= high]
+            if len(inner) == 1:
+                pieces.append(v)
+            else:
+                names = ("heads", "d_head") if len(inner) == 2 else ()
+                parts = []
+                prev = low
+                for k, b in enumerate(inner):
+                    name = names[k] if names else f"{self.axes.name(v)}_{k}"
+                    parts.append(self.axes.new(b // prev, name, 1))
+                    prev = b
+                ins.append(v)
+                in_parts.append(tuple(parts))
+                outs.extend(parts)
+                out_parts.extend((p,) for p in parts)
+                pieces.extend(parts)
+            low = high
+        low = 1
+        at = 0
+        for high in dst:
+            group = []
+            while at < len(bounds) and bounds[at] <= high:
+                group.append(pieces[at])
+                at += 1
+            new.append(group[0] if len(group) == 1 else tuple(group))
+            low = high
+
     def _segments(self, node: Any, key: str, shape: tuple[int, ...]) -> None:
         dims = self.dims[key]
         i = j = 0
@@ -240,6 +305,13 @@ class ViewsMixin:
             i, j = i + 1, j + 1
             if len(si) == 1 and len(sj) == 1:
                 new.append(si[0])
+            elif len(si) == 1 and [self.axes.size[v] for v in self.merges.get(si[0], ())] == sj:
+                parts = list(self.merges[si[0]])  # a merge split back: the same axes again
+                ins.append(si[0])
+                in_parts.append(tuple(parts))
+                new.extend(parts)
+                outs.extend(parts)
+                out_parts.extend((p,) for p in parts)
             elif len(si) == 1:
                 names = (
                     ("heads", "d_head")
@@ -254,15 +326,14 @@ class ViewsMixin:
                 out_parts.extend((p,) for p in parts)
             elif len(sj) == 1:
                 merged = self.axes.new(sj[0], "_".join(self.axes.name(v) for v in si), 0.5)
+                self.merges[merged] = tuple(si)
                 ins.extend(si)
                 in_parts.extend((v,) for v in si)
                 outs.append(merged)
                 out_parts.append(tuple(si))
                 new.append(merged)
-            else:
-                raise self.unsupported(
-                    node, f"the reshape to {list(shape)} (split and merge at once)"
-                )
+            else:  # splits and merges at once: cut both sides at every boundary of either
+                self._refine(node, si, sj, ins, outs, in_parts, out_parts, new)
         if i != len(dims) or j != len(shape):
             raise self.unsupported(
                 node, f"the reshape to {list(shape)} (adds or drops size-1 dims)"

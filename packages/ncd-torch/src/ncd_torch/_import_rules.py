@@ -464,8 +464,38 @@ def _affine(
         start += size
 
 
+def _packed_users(c: Capture, node: Any) -> list[tuple[int, Any]] | None:
+    """(size, select node) per projection when the Linear's output is ``nn.MultiheadAttention``'s
+    packed in-projection: ``unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2)
+    .contiguous()`` then ``select(0, k)`` for q, k and v."""
+    chain: list[Any] = []
+    cur = node
+    for name in ("aten.unflatten", "aten.unsqueeze", "aten.transpose", "aten.squeeze"):
+        if len(cur.users) != 1 or not c.users_are(cur, (name,)):
+            return None
+        cur = next(iter(cur.users))
+        chain.append(cur)
+    if len(cur.users) == 1 and c.users_are(cur, ("aten.contiguous", "aten.clone")):
+        cur = next(iter(cur.users))
+        chain.append(cur)
+    n, e = c.shape(chain[0])[-2:]
+    if c.shape(chain[0])[:-2] != c.shape(node)[:-1] or c.shape(cur) != (n, *c.shape(node)[:-1], e):
+        return None
+    selects = sorted(cur.users, key=lambda u: int(u.args[2]) if len(u.args) > 2 else -1)
+    if not c.users_are(cur, ("aten.select",)) or [int(u.args[1]) for u in selects] != [0] * n:
+        return None
+    if [int(u.args[2]) for u in selects] != list(range(n)):
+        return None
+    c.done.update(x.name for x in (*chain, *selects))
+    return [(e, u) for u in selects]
+
+
 def _split_users(c: Capture, node: Any) -> list[tuple[int, Any]] | None:
-    """(size, getitem node) per chunk when the Linear's only user splits its last dim."""
+    """(size, getitem node) per chunk when the Linear's only user splits its last dim (or is
+    ``nn.MultiheadAttention``'s packed in-projection)."""
+    packed = _packed_users(c, node)
+    if packed is not None:
+        return packed
     if len(node.users) != 1 or not c.users_are(node, ("aten.split", "aten.split_with_sizes")):
         return None
     split = next(iter(node.users))
