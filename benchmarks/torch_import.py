@@ -1,12 +1,14 @@
 """Import time of real models, and the imported model's OpenCL forward beside torch.
 
-For HF ``GPT2LMHeadModel`` (built from a config, random weights, no download) at 2, 12 and 24
-layers: the wall time of ``ncd_torch.from_torch`` (two captures: the second tells which sizes
-stay free), then, on the same weights and tokens, median forward times of the imported model on
-OpenCL, torch eager and ``torch.compile``, with the ratios OpenCL / eager and OpenCL / compiled
-in one run. Llama is listed with the reason it does not import yet (RoPE, GQA).
+For HF ``GPT2LMHeadModel`` and ``LlamaForCausalLM`` (built from configs, random weights, no
+download) at 2, 12 and 24 layers: the wall time of ``ncd_torch.from_torch`` (two captures: the
+second tells which sizes stay free), then, on the same weights and tokens, median forward times
+of the imported model on OpenCL, torch eager and ``torch.compile``, with the ratios OpenCL /
+eager and OpenCL / compiled in one run. Llama has GQA (a quarter as many key/value heads as
+query heads) and RoPE; its d_ff is 2.75 x d_model, as Llama's 11008 / 4096 rounds.
 
-Run: python benchmarks/torch_import.py [--layers 2 12 24 --d-model 256 --seq 64 --rounds 20]
+Run: python benchmarks/torch_import.py [--models gpt2 llama --layers 2 12 24 --d-model 256
+--seq 64 --rounds 20]
 """
 
 from __future__ import annotations
@@ -55,8 +57,28 @@ def _gpt2(layers: int, d_model: int, heads: int, vocab: int, positions: int) -> 
     return Logits(transformers.GPT2LMHeadModel(config)).eval()
 
 
+def _llama(layers: int, d_model: int, heads: int, vocab: int, positions: int) -> nn.Module:
+    import transformers
+
+    config = transformers.LlamaConfig(
+        hidden_size=d_model,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 4),
+        intermediate_size=d_model * 11 // 4,
+        vocab_size=vocab,
+        max_position_embeddings=positions,
+    )
+    torch.manual_seed(0)
+    return Logits(transformers.LlamaForCausalLM(config)).eval()
+
+
+MODELS = {"gpt2": ("HF GPT2LMHeadModel", _gpt2), "llama": ("HF LlamaForCausalLM", _llama)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["gpt2", "llama"])
     parser.add_argument("--layers", type=int, nargs="+", default=[2, 12, 24])
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--heads", type=int, default=8)
@@ -69,36 +91,38 @@ def main() -> None:
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator())
-    print(
-        f"HF GPT2LMHeadModel, d_model {args.d_model}, {args.heads} heads, vocab {args.vocab}, "
-        f"batch {args.batch} x {args.seq} tokens, float32, 1 torch thread"
-    )
-    header = "layers | import s | s/layer | max err | opencl ms | eager ms | compiled ms | "
-    print(header + "opencl/eager | opencl/compiled")
-    for layers in args.layers:
-        module = _gpt2(layers, args.d_model, args.heads, args.vocab, max(args.seq, 64))
-        start = time.perf_counter()
-        model, params = ncd_torch.from_torch(module, (ids,))
-        seconds = time.perf_counter() - start
-        run = ncd.compile(model, "opencl")
-        x = ids.numpy()
-        with torch.no_grad():
-            want = module(ids).numpy()
-            err = float(np.abs(run(x, params=params) - want).max())
-            opencl = _median(lambda: run(x, params=params), args.rounds)
-            eager = _median(lambda: module(ids), args.rounds)
-            compiled = float("nan")
-            if not args.no_compile:
-                fast = torch.compile(module)
-                compiled = _median(lambda: fast(ids), args.rounds)
+    for name in args.models:
+        title, build = MODELS[name]
         print(
-            f"{layers:6d} | {seconds:8.2f} | {seconds / layers:7.3f} | {err:7.1e} | "
-            f"{opencl * 1e3:9.2f} | {eager * 1e3:8.2f} | {compiled * 1e3:11.2f} | "
-            f"{opencl / eager:12.2f} | {opencl / compiled:15.2f}"
+            f"{title}, d_model {args.d_model}, {args.heads} heads, vocab {args.vocab}, "
+            f"batch {args.batch} x {args.seq} tokens, float32, 1 torch thread"
         )
+        header = "layers | import s | s/layer | max err | opencl ms | eager ms | compiled ms | "
+        print(header + "opencl/eager | opencl/compiled")
+        for layers in args.layers:
+            module = build(layers, args.d_model, args.heads, args.vocab, max(args.seq, 64))
+            _row(module, layers, ids, args)
+
+
+def _row(module: nn.Module, layers: int, ids: torch.Tensor, args: Any) -> None:
+    start = time.perf_counter()
+    model, params = ncd_torch.from_torch(module, (ids,))
+    seconds = time.perf_counter() - start
+    run = ncd.compile(model, "opencl")
+    x = ids.numpy()
+    with torch.no_grad():
+        want = module(ids).numpy()
+        err = float(np.abs(run(x, params=params) - want).max())
+        opencl = _median(lambda: run(x, params=params), args.rounds)
+        eager = _median(lambda: module(ids), args.rounds)
+        compiled = float("nan")
+        if not args.no_compile:
+            fast = torch.compile(module)
+            compiled = _median(lambda: fast(ids), args.rounds)
     print(
-        "Llama: not imported yet (RoPE needs cos/sin/cat/slice of activations, GQA expand; "
-        "see the limitations in docs/torch.md)"
+        f"{layers:6d} | {seconds:8.2f} | {seconds / layers:7.3f} | {err:7.1e} | "
+        f"{opencl * 1e3:9.2f} | {eager * 1e3:8.2f} | {compiled * 1e3:11.2f} | "
+        f"{opencl / eager:12.2f} | {opencl / compiled:15.2f}"
     )
 
 
