@@ -4,7 +4,9 @@
    ``ncd.plan(model, target="opencl")``; that plan is priced on the machine ``"host"``
    (detected and calibrated, ``ncd calibrate``) and compiled and timed with ncd-opencl
    (best of ``--reps`` calls after a warm-up: the cores are shared, the best is the least
-   disturbed).
+   disturbed). The host's cached calibration prices every row (``--refresh`` measures it
+   again first); ``--calibrate each`` calibrates again right before each workload, so that
+   the microbenchmarks and the workload meet the same load from other processes.
 2. Published GPU figures: FlashAttention-2 and -3 forward on an H100 SXM5 (bfloat16, head dim
    128, causal and not), priced on the machine ``"h100"`` with the plan ncd-cuda renders.
 
@@ -59,11 +61,13 @@ def within(ratio: float) -> bool:
     return 0.8 <= ratio <= 1.25
 
 
-def host_rows(quick: bool, reps: int, only: str) -> list[dict[str, Any]]:
+def host_rows(quick: bool, reps: int, only: str, each: bool) -> list[dict[str, Any]]:
     rows = []
     for name, model, make in workloads(quick):
         if only and only not in name:
             continue
+        if each:  # the same microbenchmarks, under the load this workload will meet
+            ncd_perf.calibrate(refresh=True)
         plan = ncd.plan(model, target="opencl")
         priced = ncd_perf.cost(model, "host", plan=plan)
         roofline = ncd_perf.cost(model, "host", plan=plan, overlap="max").time
@@ -147,10 +151,17 @@ def main() -> None:
     ap.add_argument("--only", default="", help="substring of workload names to run")
     ap.add_argument("--refresh", action="store_true", help="calibrate the host again first")
     ap.add_argument("--no-gpu", action="store_true", help="skip the published GPU rows")
+    ap.add_argument(
+        "--calibrate",
+        choices=["each", "once"],
+        default="once",
+        help="calibrate the host once (the cached calibration; --refresh measures it again) "
+        "or before each workload (each: the same load as the workload meets)",
+    )
     args = ap.parse_args()
     cal = ncd_perf.calibrate(args.refresh)
     print(cal.describe(), "\n", flush=True)
-    rows = host_rows(args.quick, args.reps, args.only)
+    rows = host_rows(args.quick, args.reps, args.only, args.calibrate == "each")
     print()
     print(table("this host: ncd-opencl (PoCL), predicted on 'host'", rows, "measured"))
     if not args.no_gpu:
