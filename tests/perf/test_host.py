@@ -112,10 +112,15 @@ def test_a_targets_plan_is_priced_at_the_rates_its_code_achieves_here() -> None:
     priced = ncd_perf.cost(sm, "host", plan=ncd.plan(sm, target="opencl"))
     m = priced.machine
     rates = host.calibration().targets["opencl"]  # measured once, cached with the host
-    assert set(rates) == {"matrix", "special", "erf", "reduce", "launch"}
+    assert set(rates) == {"matrix", "special", "erf", "reduce", "streamed", "launch"}
     assert m.rate("special", "float32", "opencl") == rates["special"]
     assert m.rate("reduce", "float32", "opencl") == rates["reduce"]
     assert m.launch_latency == rates["launch"]
+    assert m.rate("streamed", "float32", "opencl") == rates["streamed"]
+    # a streamed kernel's contractions are priced at the streamed rate, others at matrix
+    att = ncd.nn.attention().over("h").bind(h=2, q=64, x=64, d=16, v=16)
+    (k,) = ncd_perf.cost(att, "host", plan=ncd.plan(att, target="opencl")).kernels
+    assert k.parts["matrix compute"] == pytest.approx(float(k.flops["matrix"]) / rates["streamed"])
     # without the target, the NumPy rates stand
     assert m.rate("special", "float32") == host.calibration().measured["exp_float32"]
     again = ncd_perf.cost(sm, "host", plan=ncd.plan(sm, target="opencl"))

@@ -20,6 +20,7 @@ import sympy as sp
 
 from ncd.graph import Node
 from ncd.op import Op, registrar
+from ncd.primitives import batchnorm as BN
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
 from ncd.primitives import routing as R
@@ -164,6 +165,13 @@ def _window(op: W.Window, node: Node, size: Size) -> dict[str, sp.Expr]:
     # an index map read in place by its reader: the convolution's work is its einsum's
     # (2 N C_out C_in/groups K L_out), the window's taps are address arithmetic
     return {}
+
+
+@rule(BN.BatchNorm)
+def _batch_norm(op: BN.BatchNorm, node: Node, size: Size) -> dict[str, sp.Expr]:
+    n = _out(node, size)
+    # subtract, multiply (and scale, shift); one rsqrt per element unless a backend folds it
+    return {"vector": (4 if op.affine else 2) * n, "special": n}
 
 
 def flops(node: Node, size: Size) -> dict[str, sp.Expr]:

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 #: bump when ``measure`` changes what it records: older cached files are measured again
-VERSION = 3
+VERSION = 4
 
 #: assumed cache sizes where the OS reports none (level -> bytes), said so in ``sources``
 FALLBACK_CACHES = {1: 32 << 10, 2: 512 << 10, 3: 8 << 20}
@@ -423,7 +423,9 @@ def measure_target(target: str, *, repeats: int = 5) -> dict[str, float]:
     compiled with ``ncd.compile(model, target)`` on cache-resident data (best of
     ``repeats`` after a warm-up): ``matrix`` (FLOP/s of a 512 x 512 -> 512 float32 linear),
     ``special`` (``exp`` values per second over 1024 x 1024), ``erf`` (exact GELU, the same),
-    ``reduce`` (elements per second summed along rows of 1024 x 1024), ``launch`` (seconds of
+    ``reduce`` (elements per second summed along rows of 1024 x 1024), ``streamed`` (FLOP/s of
+    the contractions of a streamed kernel: L2-normalised attention, 2 heads x 256 x 64, the
+    chunk-loop template softmax attention shares), ``launch`` (seconds of
     a call of a one-kernel program on 16 elements, priced per kernel: an upper bound, since
     part of it is the call's)."""
     import numpy as np
@@ -448,6 +450,11 @@ def measure_target(target: str, *, repeats: int = 5) -> dict[str, float]:
         ("reduce", ops.sum(cols).over(rows), [np.ones((n, n), np.float32)], n * n),
         ("launch", ops.unary("exp").over(ncd.Axis("e", size=16)), [np.ones(16, np.float32)], 0.0),
     ]
+    # a streamed contraction that is no workload of the benchmarks: L2-normalised attention
+    h, q, d = 2, 256, 64
+    sph = ncd.nn.spherical_attention().over("h").bind(h=h, q=q, x=q, d=d, v=d)
+    qkv = [rng.standard_normal((h, q, d), np.float32) for _ in range(3)]
+    cases.append(("streamed", sph, qkv, 2.0 * 2 * h * q * q * d))
     out = {}
     for kind, model, xs, count in cases:
         exe: Any = ncd.compile(model, target)  # a backend's executable takes out=

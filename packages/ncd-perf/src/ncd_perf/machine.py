@@ -49,7 +49,7 @@ class Link:
 
 
 #: a FLOP kind a machine has no rate for is priced at the next kind's rate
-RATE_FALLBACK = {"erf": "special", "special": "vector", "reduce": "vector"}
+RATE_FALLBACK = {"erf": "special", "special": "vector", "reduce": "vector", "streamed": "matrix"}
 
 
 def _family(dtype: str) -> str:

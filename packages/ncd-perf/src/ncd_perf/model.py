@@ -459,7 +459,10 @@ def _roofline(
         fmt = kc.dtype
         if precision == "tf32" and kind == "matrix" and fmt == "float32":
             fmt = "tfloat32"
-        rate, count = machine.rate(kind, fmt, target), _number(n)
+        # a streamed kernel's contractions run as its chunk loop, not as a tiled GEMM: the
+        # machine may price them apart ("streamed", falling back to "matrix")
+        rated = "streamed" if kind == "matrix" and kc.kernel.streamed else kind
+        rate, count = machine.rate(rated, fmt, target), _number(n)
         if rate is None or count is None:
             return
         parts[f"{kind} compute"] = count / rate / waves
