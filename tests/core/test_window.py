@@ -158,3 +158,25 @@ def test_pooling_is_a_windowed_reduction() -> None:
 def test_nn_reexports_convolution_and_pooling() -> None:
     for name in ("conv1d", "conv2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d"):
         assert getattr(ncd.nn, name) is getattr(conv, name)
+
+
+def test_batch_norm_is_the_eval_formula_over_the_channel_axis() -> None:
+    c = ncd.Axis("c_out", size=5)
+    m = (conv.conv1d(3, c, 3) >> conv.batch_norm(c)).over(ncd.Axis("n"))
+    rng = np.random.default_rng(4)
+    params = {k: rng.uniform(0.5, 2.0, v.shape) for k, v in ncd.init(m, seed=0).items()}
+    x = rng.standard_normal((2, 3, 13))
+    y = ncd.run(m, x, params=params)
+    z = _conv_direct(x, params["conv.weight"], params["conv.bias"], 1, 0, 1, 1)
+    mean, var = params["bn.running_mean"][:, None], params["bn.running_var"][:, None]
+    want = (z - mean) / np.sqrt(var + 1e-5) * params["bn.weight"][:, None] + params["bn.bias"][
+        :, None
+    ]
+    np.testing.assert_allclose(y, want, atol=1e-12)  # and [n c l] keeps its order
+    with pytest.raises(DefinitionError, match="the Axis of the layer before"):
+        conv.batch_norm("c_out")  # type: ignore[arg-type]
+    stray = ops.batch_norm(ncd.Axis("c", size=4)).over(ncd.Axis("n", size=2), ncd.Axis("l", size=3))
+    with pytest.raises(
+        DefinitionError, match=r"channel axis c#\w+ \(4\) is not an axis of its input"
+    ):
+        ncd.run(stray, np.zeros((2, 3)), params=ncd.init(stray, seed=0))

@@ -333,21 +333,61 @@ class Tagger(nn.Module):
         return self.head(out)
 
 
+def test_a_conv_net_with_batch_norm_imports_and_matches_torch():
+    # convolution, eval-mode batch norm and pooling import (issue 15)
+    torch.manual_seed(0)
+    module = ConvNet().eval()
+    with torch.no_grad():
+        for bn in (module.bn1, module.bn2):  # statistics other than the initial ones
+            bn.running_mean.normal_()
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.normal_()
+            bn.bias.normal_()
+    x = torch.randn(2, 3, 14, 14)
+    imported = from_torch(module, (x,))
+    model, params = imported
+    assert {"bn1.running_mean", "bn1.running_var", "conv2.weight"} <= set(params)
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(ncd.run(model, x.numpy(), params=params), want, atol=1e-5)
+    back = imported.to_module()
+    back.load_state_dict(module.state_dict())  # buffers included, as they are
+    with torch.no_grad():
+        np.testing.assert_allclose(back(x).numpy(), want, atol=1e-5)
+
+
+class Conv3dNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv3d(3, 4, 3), nn.Conv3d(4, 4, 1)
+        self.pool = nn.AdaptiveAvgPool3d(1)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv2(torch.relu(self.conv1(x)))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
 def test_a_conv_net_gives_one_short_error_naming_every_unsupported_module():
-    # convolution and pooling import (issue 15); the batch norms do not yet
     with pytest.raises(TorchImportError) as info:
-        from_torch(ConvNet().eval(), (torch.randn(2, 3, 14, 14),))
+        from_torch(Conv3dNet().eval(), (torch.randn(2, 3, 5, 5, 5),))
     message = str(info.value)
     assert len(message.splitlines()) < 20
     assert isinstance(info.value, ncd.NcdError)
-    assert "bn1, bn2 (BatchNorm2d)" in message and "test_real_models.py:" in message
-    assert "torch/nn/modules/batchnorm.py:" in message  # the frame inside torch's own module
-    assert "batch norm is not supported yet" in message
-    assert "not supported yet" not in message.split("batch norm")[0]  # no conv or pool line
+    assert "conv1, conv2 (Conv3d)" in message and "pool (AdaptiveAvgPool3d)" in message
+    assert "test_real_models.py:" in message
+    assert "torch/nn/modules/conv.py:" in message  # the frame inside torch's own module
+    assert "3-d and transposed ones do not yet" in message
+    assert "adaptive pooling is not supported yet" in message
     assert "supported_ops()" in message and "aten.linear" not in message
     ops = {p.op for p in info.value.problems}
-    assert ops == {"aten.batch_norm"}
-    assert {p.site.path for p in info.value.problems} == {"bn1", "bn2"}
+    assert ops == {"aten.conv3d", "aten.adaptive_avg_pool3d"}
+    assert {p.site.path for p in info.value.problems} == {"conv1", "conv2", "pool"}
+
+
+def test_training_mode_batch_norm_is_refused_by_name():
+    with pytest.raises(TorchImportError, match=r"call module.eval\(\) first"):
+        from_torch(ConvNet().train(), (torch.randn(2, 3, 14, 14),))
 
 
 def test_an_lstm_gives_one_short_error():

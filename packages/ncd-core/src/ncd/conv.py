@@ -17,7 +17,15 @@ from ncd.axis import ArrayType, Axis, show
 from ncd.errors import DefinitionError
 from ncd.primitives.library import Parameter, View
 
-__all__ = ["avg_pool1d", "avg_pool2d", "conv1d", "conv2d", "max_pool1d", "max_pool2d"]
+__all__ = [
+    "avg_pool1d",
+    "avg_pool2d",
+    "batch_norm",
+    "conv1d",
+    "conv2d",
+    "max_pool1d",
+    "max_pool2d",
+]
 
 AxisArg = Axis | int | str | None
 
@@ -305,3 +313,16 @@ def avg_pool2d(
         _pair("avg_pool2d: padding", padding, 2, 0),
         (1, 1),
     )
+
+
+def batch_norm(channels: Axis, *, eps: float = 1e-5, affine: bool = True, name: str = "bn") -> Term:
+    """``torch.nn.BatchNorm1d/2d`` in eval mode over ``[channels, *spatial]``: the running
+    statistics (``{name}.running_mean``/``running_var``) and the affine ``weight``/``bias``;
+    elementwise, so it runs in the kernel of the convolution before it. ``channels`` is the
+    Axis the layer before produces (``conv2d(c_in, c_out) >> batch_norm(c_out)``)."""
+    if not isinstance(channels, Axis):
+        raise DefinitionError(
+            f"batch_norm: channels must be the Axis of the layer before, got {show(channels)}. "
+            "Fix: c = ncd.Axis('c_out', size=16); conv2d(3, c) >> batch_norm(c)."
+        )
+    return ops.batch_norm(channels, eps=eps, affine=affine, name=name)

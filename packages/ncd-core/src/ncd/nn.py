@@ -22,6 +22,7 @@ __all__ = [
     "attention",
     "avg_pool1d",
     "avg_pool2d",
+    "batch_norm",
     "conv1d",
     "conv2d",
     "cross_entropy",
@@ -429,6 +430,7 @@ from ncd._llama import gqa_attention, llama, llama_block, swiglu  # noqa: E402
 from ncd.conv import (  # noqa: E402  (windows then an einsum; pooling a windowed reduction)
     avg_pool1d,
     avg_pool2d,
+    batch_norm,
     conv1d,
     conv2d,
     max_pool1d,

@@ -334,6 +334,11 @@ def _window_cases() -> list[Case]:
         c = conv.conv2d(ci, co, k, stride=s, padding=p, dilation=d, groups=g, height=h, width=w)
         return c.over(_a("b", 2))
 
+    def conv_bn_relu(ci: int, co: int, h: int, w: int) -> Term:
+        c = Axis("c_out", size=co)
+        t = conv.conv2d(ci, c, 3, padding=1, height=h, width=w) >> conv.batch_norm(c)
+        return (t >> ops.unary("relu")).over(_a("b", 2))
+
     def pool(kind: str, k: int, s: int, p: int, h: int, w: int) -> Term:
         t: Term = getattr(conv, kind)(k, s, p, height=h, width=w)
         return t.over(_a("b", 2), _a("c", 3))
@@ -350,6 +355,7 @@ def _window_cases() -> list[Case]:
         Case("conv2d_3_13_k3_7x13_p1", P(conv2d, 3, 13, 3, 7, 13, 1, 1, 1, 1)),
         Case("conv2d_6_10_s2_p1_d2_g2", P(conv2d, 6, 10, 3, 13, 7, 2, 1, 2, 2)),
         Case("conv2d_1x1_1", P(conv2d, 1, 1, 1, 1, 1, 1, 0, 1, 1)),
+        Case("conv2d_batch_norm_relu_5_13", P(conv_bn_relu, 5, 13, 7, 13)),
         Case("max_pool2d_3_2_1", P(pool, "max_pool2d", 3, 2, 1, 13, 7)),
         Case("avg_pool2d_3_2_1", P(pool, "avg_pool2d", 3, 2, 1, 13, 7)),
         Case("max_pool2d_1", P(pool, "max_pool2d", 1, 1, 0, 1, 1)),

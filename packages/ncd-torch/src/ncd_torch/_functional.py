@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "Fill",
+    "batch_norm",
     "causal_mask",
     "concat",
     "l2norm",
@@ -79,6 +80,27 @@ def rotary(x: torch.Tensor, base: float) -> torch.Tensor:
     angles = t[:, None] * freqs[None, :]
     turned = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
     return x * angles.cos().to(x.dtype) + turned * angles.sin().to(x.dtype)
+
+
+def batch_norm(
+    x: torch.Tensor,
+    dim: int,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
+    """Eval-mode batch norm with the channels at ``dim``: ``(x - mean) / sqrt(var + eps) *
+    weight + bias``, each statistic broadcast along ``dim``."""
+    shape = [1] * x.dim()
+    shape[dim] = -1
+
+    def at(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(shape)
+
+    y = (x - at(mean)) * torch.rsqrt(at(var) + eps)
+    return y if weight is None or bias is None else y * at(weight) + at(bias)
 
 
 def window(

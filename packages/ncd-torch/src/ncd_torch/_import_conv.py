@@ -1,7 +1,8 @@
 """Import rules for convolution and pooling (``aten.conv1d/2d``, ``aten.max_pool1d/2d``,
 ``aten.avg_pool1d/2d``): each spatial dim becomes an ``ops.window`` (positions x offsets), a
 convolution then one einsum with the weight (kept in PyTorch's ``(out, in/groups, *kernel)``
-layout, so the checkpoint loads as it is) and a pooling one reduction over the offsets."""
+layout, so the checkpoint loads as it is) and a pooling one reduction over the offsets; and
+eval-mode ``aten.batch_norm``, one ``BatchNorm`` over the channel dim."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ncd import ops as L
+from ncd.primitives.batchnorm import BatchNorm
 from ncd.primitives.library import Parameter
 from ncd_torch._import_rules import import_rule
 
@@ -200,3 +204,35 @@ def _avg_pool1d(c: Capture, node: Any) -> None:
 @import_rule("aten.avg_pool2d")
 def _avg_pool2d(c: Capture, node: Any) -> None:
     _pool(c, node, 2, "mean")
+
+
+@import_rule("aten.batch_norm")
+def _batch_norm(c: Capture, node: Any) -> None:
+    """``batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)`` in
+    eval mode: the running statistics (buffers) are read as parameters of one ``BatchNorm``."""
+    x, weight, bias, mean, var = node.args[:5]
+    if _arg(node, 5, "training", False):
+        raise c.unsupported(node, "training-mode statistics (call module.eval() first)")
+    if mean is None or var is None:
+        raise c.unsupported(node, "no running statistics (track_running_stats=False)")
+    key = c.plain(x)
+    dims = c.dims[key]
+    if len(dims) < 2 or not isinstance(dims[1], int):
+        raise c.unsupported(node, "an input without a channel dim at dim 1")
+    params: dict[str, Any] = {}
+    names = []
+    if weight is not None and bias is not None:
+        params["weight"], params["bias"] = c.param(weight), c.param(bias)
+        names = c.take_pending()
+    elif weight is not None or bias is not None:
+        raise c.unsupported(node, "a weight without a bias (or the reverse)")
+    for stat, arg in (("running_mean", mean), ("running_var", var)):
+        if getattr(arg, "name", None) not in c.const_of:
+            raise c.unsupported(node, f"a {stat} that is not a buffer")
+        params[stat] = np.array(c._stored(arg.name).detach().cpu().numpy())
+        names.append(c.const_of[arg.name])
+    c.axes.hint(dims[1], "channels", 0.3)
+    eps = float(_arg(node, 7, "eps", 1e-5))
+    op = BatchNorm(c.axis(dims[1]), eps, "weight" in params, name=c.leaf(node) or "bn")
+    c.op(node, op, [key], params, names=names)
+    c.set(node, list(dims), recorded=True)

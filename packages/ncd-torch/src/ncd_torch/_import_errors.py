@@ -30,10 +30,10 @@ ADVICE: dict[str, str] = {
     "count_include_pad=True or no padding); 3-d and divisor_override do not yet",
     "aten.adaptive_*": "adaptive pooling is not supported yet: an output size that divides the "
     "input is nn.AvgPool2d/MaxPool2d with kernel = stride = input // output",
-    "aten.batch_norm": "batch norm is not supported yet (eval-mode BatchNorm folds into the "
-    "layer before it: fold it in PyTorch before importing)",
-    "aten._native_batch_norm_legit*": "batch norm is not supported yet (eval-mode BatchNorm "
-    "folds into the layer before it: fold it in PyTorch before importing)",
+    "aten.batch_norm": "batch norm imports in eval mode with running statistics (call "
+    "module.eval() before from_torch); training-mode statistics are not supported yet",
+    "aten._native_batch_norm_legit*": "batch norm imports in eval mode with running "
+    "statistics: call module.eval() before from_torch",
     "aten.group_norm": "group norm is not supported yet",
     "aten.instance_norm": "instance norm is not supported yet",
     "aten.lstm": "recurrent layers are not supported yet (ncd has no loop over time)",

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ncd.errors import SizeError
 from ncd.op import registrar
+from ncd.primitives import batchnorm as BN
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
 from ncd.primitives import window as W
@@ -296,3 +297,10 @@ def _rotary(op: X.Rotary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> l
 def _window(op: W.Window, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
     k = em.size(op.k)
     return [em.call(fn.window, xs[0], k, op.stride, op.padding, op.dilation, op.fill)]
+
+
+@torch_rule(BN.BatchNorm)
+def _batch_norm(op: BN.BatchNorm, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    stats = (ps["running_mean"], ps["running_var"], ps.get("weight"), ps.get("bias"))
+    dim = BN.channel_dim(op, tuple(em.loop))
+    return [em.call(fn.batch_norm, xs[0], dim, *stats, op.eps)]

@@ -16,6 +16,7 @@ from ncd.axis import Axis
 from ncd.codegen.layout import Size
 from ncd.codegen.lower import KernelGen
 from ncd.graph import Node
+from ncd.primitives import batchnorm as BN
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
 from ncd.primitives import window as W
@@ -462,3 +463,15 @@ def _window(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     n = gen.size(op.axis)
     x = _ins(gen, node, {**rest, op.axis: _clamp(i, 0, f"{n} - 1")})
     return f"(({i}) >= 0 && ({i}) < {n} ? ({x}) : {gen.lit(op.fill)})"
+
+
+@codegen_rule(BN.BatchNorm)
+def _batch_norm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+    op: BN.BatchNorm = node.op  # type: ignore[assignment]
+    BN.channel_dim(op, tuple(index))  # the channel axis is one of the value's
+    x = _ins(gen, node, index)
+    mean, var = gen.param(node, "running_mean", index), gen.param(node, "running_var", index)
+    y = f"(({x} - {mean}) * {gen.fn('rsqrt')}({var} + {gen.lit(op.eps)}))"
+    if op.affine:
+        y = f"({y} * {gen.param(node, 'weight', index)} + {gen.param(node, 'bias', index)})"
+    return y

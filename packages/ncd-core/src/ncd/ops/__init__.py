@@ -13,6 +13,7 @@ from ncd._term import Prim, Term, call_site
 from ncd.axis import Axis, AxisLike, show
 from ncd.errors import DefinitionError
 from ncd.op import OP_KINDS, Op, Param, Product, register_op
+from ncd.primitives.batchnorm import BatchNorm
 from ncd.primitives.indexing import Concat, Rotary, Slice, Where
 from ncd.primitives.library import (
     BINARY_FNS,
@@ -44,6 +45,7 @@ __all__ = [
     "OP_KINDS",
     "REDUCE_FNS",
     "UNARY_FNS",
+    "BatchNorm",
     "Binary",
     "Cast",
     "CausalMask",
@@ -73,6 +75,7 @@ __all__ = [
     "abs",
     "add",
     "asinh",
+    "batch_norm",
     "atan",
     "binary",
     "cast",
@@ -560,3 +563,11 @@ def window(
     return prim(
         Window(n.axis(axis), n.axis(out), n.axis(k), stride, padding, dilation, fill, name=name)
     )
+
+
+def batch_norm(
+    axis: AxisLike = "c", *, eps: float = 1e-5, affine: bool = True, name: str = "bn"
+) -> Term:
+    """Batch norm in eval form over the channel axis: ``(x - running_mean) / sqrt(running_var
+    + eps) * weight + bias``, parameters named as PyTorch's ``BatchNorm1d/2d``."""
+    return prim(BatchNorm(_Names({}).axis(axis), eps, affine, name=name))
