@@ -32,12 +32,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--val-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save", metavar="FILE.json", help="write the loss curves there")
     args = ap.parse_args(argv)
 
     training.train_char_gpt(
         args.targets, steps=args.steps, layers=args.layers, d_model=args.d_model,
         heads=args.heads, seq=args.seq, batch=args.batch, val_every=args.val_every,
-        seed=args.seed,
+        seed=args.seed, save=args.save,
     )  # fmt: skip
 
 

@@ -4,8 +4,10 @@ reference (and ncd-opencl where installed), kept to a tiny GPT and a few steps."
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,14 +94,19 @@ def test_opencl_follows_the_reference_step_by_step(corpus: training.CharCorpus) 
         np.testing.assert_allclose(runs[1].params[k], runs[0].params[k], rtol=1e-3, atol=1e-3)
 
 
-def test_train_char_gpt_reports_entropy_and_losses() -> None:
+def test_train_char_gpt_reports_entropy_and_losses(tmp_path: Path) -> None:
     lines: list[str] = []
+    save = tmp_path / "curves.json"
     runs = training.train_char_gpt(
-        ["reference"], steps=2, layers=1, d_model=8, heads=2, seq=7, batch=2, out=lines.append
-    )
+        ["reference"], steps=2, layers=1, d_model=8, heads=2, seq=7, batch=2, out=lines.append,
+        save=str(save),
+    )  # fmt: skip
     assert len(runs) == 1 and len(runs[0].train) == 2
     text = "\n".join(lines)
     assert "unigram entropy 3.25" in text and "validation loss at step 2" in text
+    curves = json.loads(save.read_text())
+    assert curves["reference"]["train"] == list(runs[0].train)
+    assert curves["reference"]["val"] == [list(v) for v in runs[0].val]
 
 
 def test_ncd_train_command() -> None:

@@ -227,6 +227,7 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--val-every", type=int, default=50, help="0: only at the end")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save", metavar="FILE.json", help="write the loss curves there")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -235,7 +236,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     train_char_gpt(
         args.targets, steps=args.steps, layers=args.layers, d_model=args.d_model,
         heads=args.heads, seq=args.seq, batch=args.batch, val_every=args.val_every,
-        seed=args.seed,
+        seed=args.seed, save=args.save,
     )  # fmt: skip
     return 0
 

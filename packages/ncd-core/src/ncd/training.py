@@ -9,6 +9,7 @@ batches, and their loss curves can be compared step by step (``agreement``).
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -249,11 +250,14 @@ def train_char_gpt(
     batch: int = 8,
     val_every: int = 50,
     seed: int = 0,
+    save: str | None = None,
     out: Callable[[str], None] = print,
 ) -> list[History]:
     """``ncd train``: a character-level GPT trained on ``python_docs_corpus`` on each target
     from the same init and batches, reporting the validation loss against the unigram entropy
-    and, with several targets, the loss curves' largest relative difference from the first."""
+    and, with several targets, the loss curves' largest relative difference from the first.
+    ``save``: a JSON file rewritten after each target, ``{target: {"train": [...], "val":
+    [[step, loss], ...]}}``, so finished curves survive a later target's failure."""
     from ncd.params import init
 
     corpus = python_docs_corpus()
@@ -280,6 +284,10 @@ def train_char_gpt(
             val_every=val_every or steps, progress=bar.update,
         )  # fmt: skip
         runs.append(run)
+        if save is not None:
+            curves = {r.target: {"train": list(r.train), "val": list(r.val)} for r in runs}
+            with open(save, "w") as f:
+                json.dump(curves, f)
         at, val = run.val[-1]
         out(
             f"{target}: {time.perf_counter() - start:.1f} s; train loss {run.train[0]:.4f} -> "
