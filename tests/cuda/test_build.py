@@ -140,9 +140,22 @@ def test_tensor_core_tiles_mask_awkward_sizes(n: int) -> None:
     assert "gk < 13" in k.source
 
 
-def test_float32_and_batched_products_stay_on_the_pointwise_renderer() -> None:
-    f32 = ops.einsum("a b, b c -> a c").bind(a=64, b=64, c=64)
-    assert [k.style for k in ncd_cuda.build(f32, arch="sm_80").kernels] == ["pointwise"]
+def test_float32_and_float64_products_run_on_cuda_cores_without_spills() -> None:
+    # float32: at most 64 registers, so 4 blocks of 256 threads fit an SM's 64K registers
+    for fmt, most in ((ncd.float32, 64), (ncd.float64, 128)):
+        mm = ops.einsum("a b, b c -> a c").bind(a=1000, b=768, c=301).cast(fmt)
+        (k,) = ncd_cuda.build(mm, arch="sm_90").kernels
+        assert k.style == "simt"
+        assert k.resources.spill_stores == 0 and k.resources.spill_loads == 0
+        assert k.resources.registers <= most
+    (k,) = ncd.plan(mm, target="cuda").kernels
+    tiles = sorted((p.axis.name, p.tile, p.level) for p in k.choices)
+    assert tiles == [("a", 4, 1), ("a", 64, 0), ("c", 4, 1), ("c", 64, 0)]
+    free = ops.linear("d", "e").over("s").bind(d=24, e=40)  # s left to run time
+    assert [k.style for k in ncd_cuda.build(free, arch="sm_80").kernels] == ["simt"]
+
+
+def test_batched_products_stay_on_the_pointwise_renderer() -> None:
     batched = ops.einsum("h a b, h b c -> h a c").bind(h=2, a=64, b=64, c=64).cast(ncd.float16)
     assert [k.style for k in ncd_cuda.build(batched, arch="sm_80").kernels] == ["pointwise"]
 
@@ -200,8 +213,8 @@ def test_a_row_reduction_is_stored_by_one_lane() -> None:
 def test_short_rows_and_contractions_keep_a_thread_per_row() -> None:
     (k,) = ncd_cuda.build(ops.softmax("d").over("r").bind(r=7, d=13), arch="sm_80").kernels
     assert k.style == "pointwise"
-    mm = ops.einsum("a b, b c -> a c").bind(a=7, b=300, c=5)
-    assert [k.style for k in ncd_cuda.build(mm, arch="sm_80").kernels] == ["pointwise"]
+    mm = ops.einsum("a b, b c -> a c").bind(a=7, b=300, c=5)  # a contraction: the matmul's
+    assert [k.style for k in ncd_cuda.build(mm, arch="sm_80").kernels] == ["simt"]
 
 
 @pytest.mark.parametrize("fmt, ty", [(ncd.bfloat16, "bf16"), (ncd.float16, "f16")])
@@ -216,3 +229,15 @@ def test_16_bit_attention_runs_on_tensor_cores(fmt: object, ty: str, d: int) -> 
         assert "shfl.sync.bfly" in k.ptx  # the row statistics over a quad of lanes
         tiles = sorted((p.kind, p.tile, p.level) for p in plan.kernels[0].choices)
         assert tiles == [("group", 16, 1), ("group", 64, 0), ("stream", 64, 0)]
+
+
+@pytest.mark.parametrize("fmt", [ncd.float32, ncd.bfloat16], ids=["simt", "mma"])
+def test_matmul_epilogues_read_only_inside_the_bounds_guard(fmt: object) -> None:
+    """A bias + activation epilogue at a masked position (past N) must not read the bias: its
+    value is computed inside the guard, not hoisted above it (an out-of-bounds read)."""
+    model = (ops.linear("d", "e").over("s") >> ops.unary("gelu")).bind(s=13, d=16, e=7)
+    (k,) = ncd_cuda.build(model.cast(fmt), arch="sm_80").kernels  # type: ignore[arg-type]
+    epilogue = k.source[k.source.rindex("for (int r = 0; r <") :]
+    guard = epilogue.index("if (")
+    assert "w_linear_bias" in epilogue
+    assert epilogue.index("w_linear_bias") > guard

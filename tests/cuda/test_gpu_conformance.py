@@ -92,6 +92,25 @@ def test_linear(s: int, d: int, e: int, fmt: Any) -> None:
     check(ops.linear("d", "e").over("s").bind(s=s, d=d, e=e).cast(fmt), fmt, contraction(d))
 
 
+@pytest.mark.parametrize(("s", "d", "e"), [(13, 16, 7), (1, 24, 5), (301, 64, 33), (70, 130, 3)])
+@pytest.mark.parametrize("wide", [ncd.float32, ncd.float64], ids=["float32", "float64"])
+def test_linear_on_cuda_cores(s: int, d: int, e: int, wide: Any) -> None:
+    """float32/float64 contractions on the CUDA-core matmul (``ncd_cuda.simt``): awkward M, N
+    and K, a bias, and a GELU epilogue."""
+    model = (ops.linear("d", "e").over("s") >> ops.unary("gelu")).bind(s=s, d=d, e=e).cast(wide)
+    check(model, wide, contraction(d))
+
+
+def test_linear_on_cuda_cores_with_free_rows() -> None:
+    model = ops.linear("d", "e").over("s").bind(d=24, e=40)
+    exe = ncd.compile(model, "cuda", device=DEVICE)
+    params = ncd.init(model, seed=0)
+    for s in (1, 67, 130):
+        x = np.random.default_rng(s).standard_normal((s, 24)).astype(np.float32)
+        want = ncd.run(model, x, params=params)
+        np.testing.assert_allclose(exe(x, params=params), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(("a", "b", "c"), [(1, 13, 7), (70, 40, 72), (13, 300, 129)])
 def test_einsum_with_row_major_b(a: int, b: int, c: int, fmt: Any) -> None:
     """``a b, b c``: B staged transposed into shared memory (rows walk fastest in global)."""

@@ -49,43 +49,108 @@ extern "C" __global__ void k1_layernorm(
 }
 
 // k2_linear_view_linear4: [q] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0)
-extern "C" __global__ void __launch_bounds__(64) k2_linear_view_linear4(
+extern "C" __global__ void __launch_bounds__(256) k2_linear_view_linear4(
     const float* __restrict__ in4,
     const float* __restrict__ w_blocks_0_attn_q_weight,
     const float* __restrict__ w_blocks_0_attn_q_bias,
     float* __restrict__ out5)
 {
-    const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (gid >= 208) return;
-    const int i_d_head = gid % 8;
-    const int i_heads = (gid / 8) % 2;
-    const int i_seq = (gid / 16);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        dot += in4[i_seq * 16 + i_d_model] * w_blocks_0_attn_q_weight[i_heads * 128 + i_d_head * 16 + i_d_model];
+    __shared__ float as[16][65];
+    __shared__ float bs[16][65];
+    const int tile = blockIdx.x;
+    const int m0 = (tile / 1) * 64, n0 = (tile % 1) * 64;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+    for (int k0 = 0; k0 < 16; k0 += 16) {
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = m0 + r, gk = k0 + kk;
+            as[kk][r] = gr < 13 && gk < 16 ? in4[gr * 16 + gk] : 0;
+        }
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = n0 + r, gk = k0 + kk;
+            bs[kk][r] = gr < 16 && gk < 16 ? w_blocks_0_attn_q_weight[((gr / 8)) * 128 + ((gr % 8)) * 16 + gk] : 0;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+            float av[4], bv[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                av[i] = as[kk][ty + 16 * i];
+            }
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                bv[j] = bs[kk][tx + 16 * j];
+            }
+            #pragma unroll
+            for (int q = 0; q < 16; ++q) {
+                acc[q] += av[q / 4] * bv[q % 4];
+            }
+        }
+        __syncthreads();
     }
-    float linear = (dot + w_blocks_0_attn_q_bias[i_heads * 8 + i_d_head]);
-    out5[i_seq * 16 + i_heads * 8 + i_d_head] = linear;
+    #pragma unroll
+    for (int r = 0; r < 16; ++r) {
+        if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 16) {
+            out5[((m0 + ty + 16 * (r / 4))) * 16 + (((n0 + tx + 16 * (r % 4)) / 8)) * 8 + ((n0 + tx + 16 * (r % 4)) % 8)] = (acc[r] + w_blocks_0_attn_q_bias[(((n0 + tx + 16 * (r % 4)) / 8)) * 8 + ((n0 + tx + 16 * (r % 4)) % 8)]);
+        }
+    }
 }
 
 // k2_linear_view_linear5: [k, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
-extern "C" __global__ void __launch_bounds__(64) k2_linear_view_linear5(
+extern "C" __global__ void __launch_bounds__(256) k2_linear_view_linear5(
     const float* __restrict__ in4,
     const float* __restrict__ w_blocks_0_attn_k_weight,
     const float* __restrict__ w_blocks_0_attn_k_bias,
     float* __restrict__ out7)
 {
-    const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (gid >= 208) return;
-    const int i_d_head = gid % 8;
-    const int i_heads = (gid / 8) % 2;
-    const int i_seq = (gid / 16);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        dot += in4[i_seq * 16 + i_d_model] * w_blocks_0_attn_k_weight[i_heads * 128 + i_d_head * 16 + i_d_model];
+    __shared__ float as[16][65];
+    __shared__ float bs[16][65];
+    const int tile = blockIdx.x;
+    const int m0 = (tile / 1) * 64, n0 = (tile % 1) * 64;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+    for (int k0 = 0; k0 < 16; k0 += 16) {
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = m0 + r, gk = k0 + kk;
+            as[kk][r] = gr < 13 && gk < 16 ? in4[gr * 16 + gk] : 0;
+        }
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = n0 + r, gk = k0 + kk;
+            bs[kk][r] = gr < 16 && gk < 16 ? w_blocks_0_attn_k_weight[((gr / 8)) * 128 + ((gr % 8)) * 16 + gk] : 0;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+            float av[4], bv[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                av[i] = as[kk][ty + 16 * i];
+            }
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                bv[j] = bs[kk][tx + 16 * j];
+            }
+            #pragma unroll
+            for (int q = 0; q < 16; ++q) {
+                acc[q] += av[q / 4] * bv[q % 4];
+            }
+        }
+        __syncthreads();
     }
-    float linear = (dot + w_blocks_0_attn_k_bias[i_heads * 8 + i_d_head]);
-    out7[i_heads * 104 + i_seq * 8 + i_d_head] = linear;
+    #pragma unroll
+    for (int r = 0; r < 16; ++r) {
+        if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 16) {
+            float view = (acc[r] + w_blocks_0_attn_k_bias[(((n0 + tx + 16 * (r % 4)) / 8)) * 8 + ((n0 + tx + 16 * (r % 4)) % 8)]);
+            out7[(((n0 + tx + 16 * (r % 4)) / 8)) * 104 + ((m0 + ty + 16 * (r / 4))) * 8 + ((n0 + tx + 16 * (r % 4)) % 8)] = view;
+        }
+    }
 }
 
 // k3_einsum_scale_causal_mask_softmax: [einsum, scale |d_head|^-0.5, causal_mask, softmax, einsum] group(seq/t_seq@L0) group(heads/t_heads@L0) stream(seq_k/t_seq_k@L0)
@@ -139,67 +204,164 @@ extern "C" __global__ void k3_einsum_scale_causal_mask_softmax(
 }
 
 // k4_linear_binary: [o, add] group(seq/t_seq@L0) group(d_model/t_d_model@L0)
-extern "C" __global__ void __launch_bounds__(64) k4_linear_binary(
-    const float* __restrict__ in3,
+extern "C" __global__ void __launch_bounds__(256) k4_linear_binary(
     const float* __restrict__ in14,
+    const float* __restrict__ in3,
     const float* __restrict__ w_blocks_0_attn_o_weight,
     const float* __restrict__ w_blocks_0_attn_o_bias,
     float* __restrict__ out16)
 {
-    const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (gid >= 208) return;
-    const int i_d_model = gid % 16;
-    const int i_seq = (gid / 16);
-    float dot = 0.0f;
-    for (int i_heads = 0; i_heads < 2; ++i_heads) {
-        for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-            dot += in14[i_seq * 16 + i_heads * 8 + i_d_head] * w_blocks_0_attn_o_weight[i_d_model * 16 + i_heads * 8 + i_d_head];
+    __shared__ float as[16][65];
+    __shared__ float bs[16][65];
+    const int tile = blockIdx.x;
+    const int m0 = (tile / 1) * 64, n0 = (tile % 1) * 64;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+    for (int k0 = 0; k0 < 16; k0 += 16) {
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = m0 + r, gk = k0 + kk;
+            as[kk][r] = gr < 13 && gk < 16 ? in14[gr * 16 + ((gk / 8)) * 8 + (gk % 8)] : 0;
+        }
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = n0 + r, gk = k0 + kk;
+            bs[kk][r] = gr < 16 && gk < 16 ? w_blocks_0_attn_o_weight[gr * 16 + ((gk / 8)) * 8 + (gk % 8)] : 0;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+            float av[4], bv[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                av[i] = as[kk][ty + 16 * i];
+            }
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                bv[j] = bs[kk][tx + 16 * j];
+            }
+            #pragma unroll
+            for (int q = 0; q < 16; ++q) {
+                acc[q] += av[q / 4] * bv[q % 4];
+            }
+        }
+        __syncthreads();
+    }
+    #pragma unroll
+    for (int r = 0; r < 16; ++r) {
+        if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 16) {
+            float binary = (in3[((m0 + ty + 16 * (r / 4))) * 16 + (n0 + tx + 16 * (r % 4))] + (acc[r] + w_blocks_0_attn_o_bias[(n0 + tx + 16 * (r % 4))]));
+            out16[((m0 + ty + 16 * (r / 4))) * 16 + (n0 + tx + 16 * (r % 4))] = binary;
         }
     }
-    float linear = (dot + w_blocks_0_attn_o_bias[i_d_model]);
-    float binary = (in3[i_seq * 16 + i_d_model] + linear);
-    out16[i_seq * 16 + i_d_model] = binary;
 }
 
 // k18_linear_unary: [fc, gelu] group(seq/1@L1) group(d_ff/1@L1)
-extern "C" __global__ void __launch_bounds__(64) k18_linear_unary(
+extern "C" __global__ void __launch_bounds__(256) k18_linear_unary(
     const float* __restrict__ in17,
     const float* __restrict__ w_blocks_0_mlp_fc_weight,
     const float* __restrict__ w_blocks_0_mlp_fc_bias,
     float* __restrict__ out19)
 {
-    const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (gid >= 312) return;
-    const int i_d_ff = gid % 24;
-    const int i_seq = (gid / 24);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        dot += in17[i_seq * 16 + i_d_model] * w_blocks_0_mlp_fc_weight[i_d_ff * 16 + i_d_model];
+    __shared__ float as[16][65];
+    __shared__ float bs[16][65];
+    const int tile = blockIdx.x;
+    const int m0 = (tile / 1) * 64, n0 = (tile % 1) * 64;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+    for (int k0 = 0; k0 < 16; k0 += 16) {
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = m0 + r, gk = k0 + kk;
+            as[kk][r] = gr < 13 && gk < 16 ? in17[gr * 16 + gk] : 0;
+        }
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = n0 + r, gk = k0 + kk;
+            bs[kk][r] = gr < 24 && gk < 16 ? w_blocks_0_mlp_fc_weight[gr * 16 + gk] : 0;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+            float av[4], bv[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                av[i] = as[kk][ty + 16 * i];
+            }
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                bv[j] = bs[kk][tx + 16 * j];
+            }
+            #pragma unroll
+            for (int q = 0; q < 16; ++q) {
+                acc[q] += av[q / 4] * bv[q % 4];
+            }
+        }
+        __syncthreads();
     }
-    float linear = (dot + w_blocks_0_mlp_fc_bias[i_d_ff]);
-    float unary = (0.5f * linear * (1.0f + erf(linear * 0.70710678118654752f)));
-    out19[i_seq * 24 + i_d_ff] = unary;
+    #pragma unroll
+    for (int r = 0; r < 16; ++r) {
+        if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 24) {
+            float unary = (0.5f * (acc[r] + w_blocks_0_mlp_fc_bias[(n0 + tx + 16 * (r % 4))]) * (1.0f + erf((acc[r] + w_blocks_0_mlp_fc_bias[(n0 + tx + 16 * (r % 4))]) * 0.70710678118654752f)));
+            out19[((m0 + ty + 16 * (r / 4))) * 24 + (n0 + tx + 16 * (r % 4))] = unary;
+        }
+    }
 }
 
 // k20_linear_binary: [proj, add] group(seq/1@L1) group(d_model/1@L1)
-extern "C" __global__ void __launch_bounds__(64) k20_linear_binary(
-    const float* __restrict__ in16,
+extern "C" __global__ void __launch_bounds__(256) k20_linear_binary(
     const float* __restrict__ in19,
+    const float* __restrict__ in16,
     const float* __restrict__ w_blocks_0_mlp_proj_weight,
     const float* __restrict__ w_blocks_0_mlp_proj_bias,
     float* __restrict__ out21)
 {
-    const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (gid >= 208) return;
-    const int i_d_model = gid % 16;
-    const int i_seq = (gid / 16);
-    float dot = 0.0f;
-    for (int i_d_ff = 0; i_d_ff < 24; ++i_d_ff) {
-        dot += in19[i_seq * 24 + i_d_ff] * w_blocks_0_mlp_proj_weight[i_d_model * 24 + i_d_ff];
+    __shared__ float as[16][65];
+    __shared__ float bs[16][65];
+    const int tile = blockIdx.x;
+    const int m0 = (tile / 1) * 64, n0 = (tile % 1) * 64;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+    for (int k0 = 0; k0 < 24; k0 += 16) {
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = m0 + r, gk = k0 + kk;
+            as[kk][r] = gr < 13 && gk < 24 ? in19[gr * 24 + gk] : 0;
+        }
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = n0 + r, gk = k0 + kk;
+            bs[kk][r] = gr < 16 && gk < 24 ? w_blocks_0_mlp_proj_weight[gr * 24 + gk] : 0;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+            float av[4], bv[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                av[i] = as[kk][ty + 16 * i];
+            }
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                bv[j] = bs[kk][tx + 16 * j];
+            }
+            #pragma unroll
+            for (int q = 0; q < 16; ++q) {
+                acc[q] += av[q / 4] * bv[q % 4];
+            }
+        }
+        __syncthreads();
     }
-    float linear = (dot + w_blocks_0_mlp_proj_bias[i_d_model]);
-    float binary = (in16[i_seq * 16 + i_d_model] + linear);
-    out21[i_seq * 16 + i_d_model] = binary;
+    #pragma unroll
+    for (int r = 0; r < 16; ++r) {
+        if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 16) {
+            float binary = (in16[((m0 + ty + 16 * (r / 4))) * 16 + (n0 + tx + 16 * (r % 4))] + (acc[r] + w_blocks_0_mlp_proj_bias[(n0 + tx + 16 * (r % 4))]));
+            out21[((m0 + ty + 16 * (r / 4))) * 16 + (n0 + tx + 16 * (r % 4))] = binary;
+        }
+    }
 }
 
 // k39_linear_binary_layernorm: [proj, add, layernorm] group(seq/1@L1)
@@ -251,18 +413,52 @@ extern "C" __global__ void k39_linear_binary_layernorm(
 }
 
 // k13_linear: [lm_head] group(seq/t_seq@L0) group(vocab/t_vocab@L0)
-extern "C" __global__ void __launch_bounds__(64) k13_linear(
+extern "C" __global__ void __launch_bounds__(256) k13_linear(
     const float* __restrict__ in40,
     const float* __restrict__ w_lm_head_weight,
     float* __restrict__ out41)
 {
-    const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (gid >= 143) return;
-    const int i_vocab = gid % 11;
-    const int i_seq = (gid / 11);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        dot += in40[i_seq * 16 + i_d_model] * w_lm_head_weight[i_vocab * 16 + i_d_model];
+    __shared__ float as[16][65];
+    __shared__ float bs[16][65];
+    const int tile = blockIdx.x;
+    const int m0 = (tile / 1) * 64, n0 = (tile % 1) * 64;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+    for (int k0 = 0; k0 < 16; k0 += 16) {
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = m0 + r, gk = k0 + kk;
+            as[kk][r] = gr < 13 && gk < 16 ? in40[gr * 16 + gk] : 0;
+        }
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = n0 + r, gk = k0 + kk;
+            bs[kk][r] = gr < 11 && gk < 16 ? w_lm_head_weight[gr * 16 + gk] : 0;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+            float av[4], bv[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                av[i] = as[kk][ty + 16 * i];
+            }
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                bv[j] = bs[kk][tx + 16 * j];
+            }
+            #pragma unroll
+            for (int q = 0; q < 16; ++q) {
+                acc[q] += av[q / 4] * bv[q % 4];
+            }
+        }
+        __syncthreads();
     }
-    out41[i_seq * 11 + i_vocab] = dot;
+    #pragma unroll
+    for (int r = 0; r < 16; ++r) {
+        if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 11) {
+            out41[((m0 + ty + 16 * (r / 4))) * 11 + (n0 + tx + 16 * (r % 4))] = acc[r];
+        }
+    }
 }

@@ -3,40 +3,106 @@
 #define NCD_FMIN(a, b) ((b) != (b) ? (b) : (a) > (b) ? (b) : (a))
 
 // k1_linear_unary: [fc, gelu] group(s/1@L1) group(d_ff/1@L1)
-extern "C" __global__ void __launch_bounds__(64) k1_linear_unary(
+extern "C" __global__ void __launch_bounds__(256) k1_linear_unary(
     const float* __restrict__ in0,
     const float* __restrict__ w_fc_weight,
     const float* __restrict__ w_fc_bias,
     float* __restrict__ out2)
 {
-    const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (gid >= 203) return;
-    const int i_d_ff = gid % 29;
-    const int i_s = (gid / 29);
-    float dot = 0.0f;
-    for (int i_d_model = 0; i_d_model < 13; ++i_d_model) {
-        dot += in0[i_s * 13 + i_d_model] * w_fc_weight[i_d_ff * 13 + i_d_model];
+    __shared__ float as[16][65];
+    __shared__ float bs[16][65];
+    const int tile = blockIdx.x;
+    const int m0 = (tile / 1) * 64, n0 = (tile % 1) * 64;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+    for (int k0 = 0; k0 < 13; k0 += 16) {
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = m0 + r, gk = k0 + kk;
+            as[kk][r] = gr < 7 && gk < 13 ? in0[gr * 13 + gk] : 0;
+        }
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = n0 + r, gk = k0 + kk;
+            bs[kk][r] = gr < 29 && gk < 13 ? w_fc_weight[gr * 13 + gk] : 0;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+            float av[4], bv[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                av[i] = as[kk][ty + 16 * i];
+            }
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                bv[j] = bs[kk][tx + 16 * j];
+            }
+            #pragma unroll
+            for (int q = 0; q < 16; ++q) {
+                acc[q] += av[q / 4] * bv[q % 4];
+            }
+        }
+        __syncthreads();
     }
-    float linear = (dot + w_fc_bias[i_d_ff]);
-    float unary = (0.5f * linear * (1.0f + erf(linear * 0.70710678118654752f)));
-    out2[i_s * 29 + i_d_ff] = unary;
+    #pragma unroll
+    for (int r = 0; r < 16; ++r) {
+        if ((m0 + ty + 16 * (r / 4)) < 7 && (n0 + tx + 16 * (r % 4)) < 29) {
+            float unary = (0.5f * (acc[r] + w_fc_bias[(n0 + tx + 16 * (r % 4))]) * (1.0f + erf((acc[r] + w_fc_bias[(n0 + tx + 16 * (r % 4))]) * 0.70710678118654752f)));
+            out2[((m0 + ty + 16 * (r / 4))) * 29 + (n0 + tx + 16 * (r % 4))] = unary;
+        }
+    }
 }
 
 // k2_linear: [proj] group(s/1@L1) group(d_model/1@L1)
-extern "C" __global__ void __launch_bounds__(64) k2_linear(
+extern "C" __global__ void __launch_bounds__(256) k2_linear(
     const float* __restrict__ in2,
     const float* __restrict__ w_proj_weight,
     const float* __restrict__ w_proj_bias,
     float* __restrict__ out3)
 {
-    const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (gid >= 91) return;
-    const int i_d_model = gid % 13;
-    const int i_s = (gid / 13);
-    float dot = 0.0f;
-    for (int i_d_ff = 0; i_d_ff < 29; ++i_d_ff) {
-        dot += in2[i_s * 29 + i_d_ff] * w_proj_weight[i_d_model * 29 + i_d_ff];
+    __shared__ float as[16][65];
+    __shared__ float bs[16][65];
+    const int tile = blockIdx.x;
+    const int m0 = (tile / 1) * 64, n0 = (tile % 1) * 64;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+    for (int k0 = 0; k0 < 29; k0 += 16) {
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = m0 + r, gk = k0 + kk;
+            as[kk][r] = gr < 7 && gk < 29 ? in2[gr * 29 + gk] : 0;
+        }
+        for (int e = threadIdx.x; e < 1024; e += 256) {
+            const int r = e / 16, kk = e % 16;
+            const int gr = n0 + r, gk = k0 + kk;
+            bs[kk][r] = gr < 13 && gk < 29 ? w_proj_weight[gr * 29 + gk] : 0;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+            float av[4], bv[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                av[i] = as[kk][ty + 16 * i];
+            }
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                bv[j] = bs[kk][tx + 16 * j];
+            }
+            #pragma unroll
+            for (int q = 0; q < 16; ++q) {
+                acc[q] += av[q / 4] * bv[q % 4];
+            }
+        }
+        __syncthreads();
     }
-    float linear = (dot + w_proj_bias[i_d_model]);
-    out3[i_s * 13 + i_d_model] = linear;
+    #pragma unroll
+    for (int r = 0; r < 16; ++r) {
+        if ((m0 + ty + 16 * (r / 4)) < 7 && (n0 + tx + 16 * (r % 4)) < 13) {
+            out3[((m0 + ty + 16 * (r / 4))) * 13 + (n0 + tx + 16 * (r % 4))] = (acc[r] + w_proj_bias[(n0 + tx + 16 * (r % 4))]);
+        }
+    }
 }

@@ -24,7 +24,6 @@ import numpy as np
 
 from ncd.errors import ScheduleError
 from ncd.kernel import FusionPlan
-from ncd.plugins.interfaces import TUNES
 
 __all__ = ["Bench", "BenchRow", "bench"]
 
@@ -97,28 +96,14 @@ def bench(
     target's device, ``reps`` launches per kernel (median), on seeded random inputs unless
     given; ``machine``: the ncd-perf machine to predict on (default: the backend's
     ``tuning_machine``). ``options``: the target's compile options."""
-    from ncd.graph import as_graph
     from ncd.params import init
     from ncd.planning import plan as plan_of
     from ncd.plugins import registry
     from ncd.reference import run as reference_run
     from ncd.testing import random_inputs
-    from ncd.tuning import agrees
+    from ncd.tuning import agrees, tunable
 
-    graph = as_graph(model, "ncd.bench")
-    free = [v.label for v in graph.config().free]
-    if free:
-        raise ScheduleError(
-            f"ncd.bench: the sizes {', '.join(free)} are still free. Fix: bind them "
-            "(model.bind(...)) to time the model at those sizes."
-        )
-    backend = registry().backend(target)
-    if TUNES not in backend.capabilities:
-        raise ScheduleError(
-            f"backend {target!r} cannot time its kernels one by one (it declares no 'tune' "
-            "capability). Fix: time ncd.compile(model, target) as a whole, or a target that "
-            "declares 'tune' (opencl)."
-        )
+    graph, backend = tunable(model, target, "ncd.bench", "cannot time its kernels one by one")
     if plan is not None and tiles:
         raise ScheduleError(
             "ncd.bench: both plan= and tiles= were given; tiles belong to the plan. Fix: "

@@ -53,6 +53,7 @@ __all__ = [
     "TuningCacheWarning",
     "agrees",
     "cache_dir",
+    "tunable",
     "tune",
 ]
 
@@ -146,32 +147,17 @@ def tune(
     (default: when stderr is a terminal); ``inputs``/``params``: what to run on (default:
     seeded random inputs and ``ncd.init(model, seed)``); ``options``: the target's compile
     options (its plan options shape the plan, the rest the measuring build)."""
-    from ncd.graph import as_graph
     from ncd.params import init
     from ncd.planning import plan as plan_of
-    from ncd.plugins import registry
     from ncd.reference import run as reference_run
 
     t_start = time.perf_counter()
-    graph = as_graph(model, "ncd.tune")
-    free = [v.label for v in graph.config().free]
-    if free:
-        raise ScheduleError(
-            f"ncd.tune: the sizes {', '.join(free)} are still free; tiles depend on every size. "
-            "Fix: bind them (model.bind(...)) to tune for those sizes."
-        )
     if not isinstance(budget, int | float) or budget < 0 or not isinstance(candidates, int):
         raise ScheduleError(
             f"ncd.tune: budget={budget!r}, candidates={candidates!r}. Fix: a budget in seconds "
             ">= 0 and a whole number of candidates >= 1."
         )
-    backend = registry().backend(target)
-    if TUNES not in backend.capabilities:
-        raise ScheduleError(
-            f"backend {target!r} declares no schedule space to tune (its capabilities: "
-            f"{', '.join(sorted(backend.capabilities)) or 'none'}). Fix: compile without "
-            "tune=, or a target whose backend declares 'tune' (opencl)."
-        )
+    graph, backend = tunable(model, target, "ncd.tune", "declares no schedule space to tune")
     plan_opts = {k: v for k, v in options.items() if k in backend.plan_options}
     base = plan_of(graph, target, **plan_opts)
     keys = backend.kernel_keys(base, **options)
@@ -290,6 +276,30 @@ def tune(
             )
         )
     return Tuning(tuned, tuple(rows), time.perf_counter() - t_start, rounds, pruned_by)
+
+
+def tunable(model: Any, target: str, what: str, refusal: str) -> tuple[Any, Any]:
+    """(graph, backend) of a bound ``model`` for a ``target`` that declares ``"tune"``;
+    ``ScheduleError`` naming ``what`` was asked otherwise (``refusal``: what the backend
+    lacks)."""
+    from ncd.graph import as_graph
+    from ncd.plugins import registry
+
+    graph = as_graph(model, what)
+    free = [v.label for v in graph.config().free]
+    if free:
+        raise ScheduleError(
+            f"{what}: the sizes {', '.join(free)} are still free; tiles depend on every size. "
+            "Fix: bind them (model.bind(...)) for the sizes to run."
+        )
+    backend = registry().backend(target)
+    if TUNES not in backend.capabilities:
+        raise ScheduleError(
+            f"backend {target!r} {refusal} (its capabilities: "
+            f"{', '.join(sorted(backend.capabilities)) or 'none'}). Fix: a target whose backend "
+            "declares 'tune' (opencl)."
+        )
+    return graph, backend
 
 
 def agrees(got: Any, want: Any) -> bool:

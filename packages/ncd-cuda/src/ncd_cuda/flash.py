@@ -295,7 +295,7 @@ def flash_template(gen: KernelGen) -> KernelSource | None:
     with (
         w.block(f"{UNROLL}for (int jv = 0; jv < {no}; ++jv)", "jv"),
         w.block(f"{UNROLL}for (int r = 0; r < 4; ++r)", "r"),
-        w.block(f"if ({qout} < {qn})"),
+        w.block(f"if ({qout} < {qn})", "r"),  # (binds r: epilogue reads stay inside)
     ):
         env = {**benv, row: qout, vax: vcol}
         for a in gen.kernel.axes():  # renamed copies of the row and value axes

@@ -5,7 +5,8 @@ this returns.
 The plan is core's (``ncd.codegen.plans.plan_for``: ``ncd.fuse`` and its splits, the same
 kernels as ncd-opencl's), marked ``target="cuda"``: the kernels that run are the kernels
 ``ncd.plan(model, target="cuda")`` returns, so ncd-perf and ncd-diagram see them.
-Templates tried in order: the tensor-core matmul (16-bit contractions, ``ncd_cuda.mma``),
+Templates tried in order: the tensor-core matmul (16-bit contractions, ``ncd_cuda.mma``), the
+CUDA-core matmul (float32/float64 contractions, ``ncd_cuda.simt``),
 core's streamed normaliser (online softmax / L2 attention); everything else is core's pointwise
 driver.
 """
@@ -32,6 +33,7 @@ from ncd.kernel import FusionPlan
 from ncd_cuda.dialect import CUDA, program_preamble
 from ncd_cuda.flash import flash_choices
 from ncd_cuda.mma import mma_choices
+from ncd_cuda.simt import simt_choices
 
 __all__ = ["Generated", "cuda_plan", "generate"]
 
@@ -76,15 +78,19 @@ def _planned(
             return made, "flash"
         return stream_choices(k, STREAM_CHUNK, 1, STREAM_BLOCK), "streamed"
     made = mma_choices(gen)
-    return made, "mma" if made else ""
+    if made:
+        return made, "mma"
+    made = simt_choices(gen)
+    return made, "simt" if made else ""
 
 
 def templates() -> list[Any]:
     from ncd.codegen.lanes import lanes_template
     from ncd_cuda.flash import flash_template
     from ncd_cuda.mma import mma_template
+    from ncd_cuda.simt import simt_template
 
-    return [mma_template, flash_template, streamed_template, lanes_template]
+    return [mma_template, simt_template, flash_template, streamed_template, lanes_template]
 
 
 def generate(graph: Graph, *, plan: FusionPlan | None = None, wide: bool = False) -> Generated:

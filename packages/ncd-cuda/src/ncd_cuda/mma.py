@@ -31,7 +31,16 @@ from ncd.codegen.plans import spread_tile
 from ncd.kernel import Partition
 from ncd.primitives import library as L
 
-__all__ = ["BK", "BM", "BN", "mma_choices", "mma_template"]
+__all__ = [
+    "BK",
+    "BM",
+    "BN",
+    "contraction_operands",
+    "epilogue",
+    "mma_choices",
+    "mma_template",
+    "stage",
+]
 
 BM, BN, BK = 64, 64, 32  # block tile: rows, columns, contracted elements per chunk
 PAD = 8  # 16-bit elements of padding per shared row (spreads a warp's rows over the banks)
@@ -74,6 +83,22 @@ NAMES = (
 def _operands(gen: KernelGen) -> tuple[Any, ...] | None:
     """(node, A buffer, A's row axes, B buffer, B's column axes, contracted axes, bias?) when the
     kernel is one 16-bit contraction plus elementwise ops, else ``None``."""
+    found = contraction_operands(gen)
+    if found is None:
+        return None
+    fmt = {str(found[1].dtype), str(found[3].dtype)}
+    if len(fmt) != 1 or next(iter(fmt)) not in MMA_TYPES or gen.cdtype != "float32":
+        return None
+    if any(gen.known(a) is None for a in gen.kernel.axes()):
+        return None
+    return found
+
+
+def contraction_operands(gen: KernelGen) -> tuple[Any, ...] | None:
+    """(node, A buffer, A's row axes, B buffer, B's column axes, contracted axes, bias?) when the
+    kernel is one contraction ``C[m, n] = sum_k A[m, k] B[k, n]`` (a learned linear map, or a
+    two-operand einsum with no batch axis) plus elementwise ops writing ``C``'s axes, with
+    32-bit indices; else ``None``. (The matmul templates then check formats and sizes.)"""
     g, k = gen.graph, gen.kernel
     renames = k.aliases
     nodes = [g.nodes[i] for i in k.nodes]
@@ -112,10 +137,7 @@ def _operands(gen: KernelGen) -> tuple[Any, ...] | None:
         bias = False
     else:
         return None
-    fmt = {str(a_buf.dtype), str(b_buf.dtype)}
-    if len(fmt) != 1 or next(iter(fmt)) not in MMA_TYPES or gen.cdtype != "float32":
-        return None
-    if gen.wide or any(gen.known(a) is None for a in k.axes()):
+    if gen.wide:
         return None
     full = set(m_axes) | set(n_axes)
     for v in k.outputs:
@@ -149,29 +171,65 @@ def _known(gen: KernelGen, a: Axis) -> int:
     return n
 
 
-def _stage(
+def stage(
     gen: KernelGen,
     tile: str,
     buf: Any,
     rows_axes: tuple[Axis, ...],
     k_axes: tuple[Axis, ...],
     first: str,
-    nrows: int,
-    kdim: int,
+    shape: tuple[Any, Any],
+    tiles: tuple[int, int, int],
+    value: Any = None,
+    k_major: bool = False,
 ) -> None:
-    """Copy ``rows x BK`` elements of ``buf`` (rows from ``first``, k from ``k0``) into shared
-    ``tile``; consecutive threads take consecutive addresses in global memory."""
+    """Copy ``rows x bk`` elements of ``buf`` (rows from ``first``, k from ``k0``; ``tiles`` =
+    (rows, bk, threads), ``shape`` = (rows of ``buf``, K)) into shared ``tile`` as
+    ``tile[r][kk]`` (``k_major``: ``tile[kk][r]``), zero past the ends; consecutive threads take
+    consecutive addresses in global memory. ``value(text)`` converts the element read."""
     w = gen.w
+    rows, bk, threads = tiles
+    nrows, kdim = shape
     k_last = bool(buf.axes) and buf.axes[-1] in k_axes
-    rows = BM if tile == "as" else BN
-    with w.block(f"for (int e = threadIdx.x; e < {rows * BK}; e += {THREADS})", "e"):
+    with w.block(f"for (int e = threadIdx.x; e < {rows * bk}; e += {threads})", "e"):
         if k_last:  # k has unit stride: threads walk k fastest
-            w.line(f"const int r = e / {BK}, kk = e % {BK};")
+            w.line(f"const int r = e / {bk}, kk = e % {bk};")
         else:  # the rows have unit stride: threads walk rows fastest
             w.line(f"const int r = e % {rows}, kk = e / {rows};")
         w.line(f"const int gr = {first} + r, gk = k0 + kk;")
         addr = buf.address({**gen.split(rows_axes, "gr"), **gen.split(k_axes, "gk")})
-        w.line(f"{tile}[r][kk] = gr < {nrows} && gk < {kdim} ? {buf.name}[{addr}] : 0;")
+        read = f"{buf.name}[{addr}]" if value is None else value(addr)
+        at = "[kk][r]" if k_major else "[r][kk]"
+        w.line(f"{tile}{at} = gr < {nrows} && gk < {kdim} ? {read} : 0;")
+
+
+def epilogue(
+    gen: KernelGen,
+    found: tuple[Any, ...],
+    acc: str,
+    count: int,
+    at: tuple[str, str],
+    shape: tuple[Any, Any],
+) -> None:
+    """Write a matmul's outputs from a thread's ``count`` sums ``acc[r]``: accumulator ``r``
+    sits at row ``at[0]`` and column ``at[1]`` of C (expressions of ``r``, spelled out so core's
+    hoisting keeps what the epilogue computes from them inside the loop), masked to ``shape``.
+    The guard binds ``r`` too, so what the epilogue reads at (row, column) (a bias, a
+    residual) is computed inside it, never at a masked position past the arrays."""
+    node, _, m_axes, _, n_axes, _, bias = found
+    w, k = gen.w, gen.kernel
+    gm, gn = at
+    with (
+        w.block(f"{UNROLL}for (int r = 0; r < {count}; ++r)", "r"),
+        w.block(f"if ({gm} < {shape[0]} && {gn} < {shape[1]})", "r"),
+    ):
+        env = {**gen.split(m_axes, gm), **gen.split(n_axes, gn)}
+        env.update({a: env[src] for a, src in k.aliases.items() if src in env})
+        gen.bound[node.outputs[0]] = lambda index: (
+            f"({acc}[r] + {gen.param(node, 'bias', index)})" if bias else f"{acc}[r]"
+        )
+        for v in k.outputs:
+            gen.write(v, env, [])
 
 
 def mma_template(gen: KernelGen) -> KernelSource | None:
@@ -179,8 +237,8 @@ def mma_template(gen: KernelGen) -> KernelSource | None:
     found = _operands(gen)
     if found is None:
         return None
-    node, a_buf, m_axes, b_buf, n_axes, k_axes, bias = found
-    w, k = gen.w, gen.kernel
+    _, a_buf, m_axes, b_buf, n_axes, k_axes, _ = found
+    w = gen.w
     msz, nsz, kdim = (math.prod(_known(gen, a) for a in axes) for axes in (m_axes, n_axes, k_axes))
     ty = MMA_TYPES[str(a_buf.dtype)]
     tiles_n = -(-nsz // BN)
@@ -195,8 +253,8 @@ def mma_template(gen: KernelGen) -> KernelSource | None:
     w.line("float c[32];")
     w.line("for (int r = 0; r < 32; ++r) c[r] = 0.0f;")
     with w.block(f"for (int k0 = 0; k0 < {kdim}; k0 += {BK})", "k0"):
-        _stage(gen, "as", a_buf, m_axes, k_axes, "m0", msz, kdim)
-        _stage(gen, "bs", b_buf, n_axes, k_axes, "n0", nsz, kdim)
+        stage(gen, "as", a_buf, m_axes, k_axes, "m0", (msz, kdim), (BM, BK, THREADS))
+        stage(gen, "bs", b_buf, n_axes, k_axes, "n0", (nsz, kdim), (BN, BK, THREADS))
         w.line("__syncthreads();")
         with w.block(f"{UNROLL}for (int ks = 0; ks < {BK}; ks += 16)", "ks"):
             w.line("unsigned a[2][4], b[4][2];")
@@ -217,19 +275,7 @@ def mma_template(gen: KernelGen) -> KernelSource | None:
         w.line("__syncthreads();")
     # the epilogue: accumulator q*4+e is row wm + (q/4)*16 + g + (e/2)*8, column wn +
     # (q%4)*8 + 2t + e%2 of the block's tile
-    # (spelled out, not named: every index expression then names ``r``, the loop's variable,
-    # so core's hoisting keeps what the epilogue computes from them inside the loop)
     gm = "(m0 + wm + (r / 16) * 16 + g + ((r % 4) / 2) * 8)"
     gn = "(n0 + wn + ((r / 4) % 4) * 8 + 2 * t + r % 2)"
-    with (
-        w.block(f"{UNROLL}for (int r = 0; r < 32; ++r)", "r"),
-        w.block(f"if ({gm} < {msz} && {gn} < {nsz})"),
-    ):
-        env = {**gen.split(m_axes, gm), **gen.split(n_axes, gn)}
-        env.update({a: env[src] for a, src in k.aliases.items() if src in env})
-        gen.bound[node.outputs[0]] = lambda index: (
-            f"(c[r] + {gen.param(node, 'bias', index)})" if bias else "c[r]"
-        )
-        for v in k.outputs:
-            gen.write(v, env, [])
+    epilogue(gen, found, "c", 32, (gm, gn), (msz, nsz))
     return gen.source((tiles * THREADS,), (THREADS,), "mma")
