@@ -11,8 +11,9 @@ Per planned kernel, by the template that renders it (``schedule.template_of``):
 - any other kernel: its one schedule.
 
 The default (the plan's own choices) always comes first. A kernel's key is the SHA-256 of its
-rendered function with its name and header comment left out, so identical layers share a key
-and a later process (or another model with the same kernel) finds its tuning.
+rendered function as ``assemble`` compares them (``canonical_text``: name, comments and buffer
+names abstracted, launch shape kept), so identical layers share a key and a later process (or
+another model with the same kernel) finds its tuning.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ncd.codegen.plans import spread_tile
+from ncd.codegen.program import canonical_text
 from ncd.kernel import FusionPlan, Kernel
 from ncd.primitives import library as L
 from ncd.tuning import Candidate
@@ -108,9 +110,8 @@ def kernel_keys(plan: FusionPlan, tiled: bool = True, local: bool = False) -> li
     gen = generate(plan.graph, plan=plan, tiled=tiled, local=local)
     by_name: dict[str, str] = {}
     for src in gen.kernels:
-        if src.text and src.name not in by_name:
-            body = src.text.split("\n", 1)[1].replace(src.name, "K")  # no comment, no name
-            by_name[src.name] = hashlib.sha256(body.encode()).hexdigest()
+        if src.text and src.name not in by_name:  # (a later identical kernel has no text)
+            by_name[src.name] = hashlib.sha256(canonical_text(src).encode()).hexdigest()
     return [by_name[src.name] for src in gen.kernels]
 
 

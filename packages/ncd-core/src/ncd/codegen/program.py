@@ -22,6 +22,7 @@ from ncd.primitives import library as L
 __all__ = [
     "Generated",
     "assemble",
+    "canonical_text",
     "check_given_plan",
     "check_stored_formats",
     "choose_layouts",
@@ -164,7 +165,7 @@ def assemble(kernels: Sequence[KernelSource]) -> tuple[KernelSource, ...]:
     first: dict[str, str] = {}
     out = []
     for src in named:
-        key = _canonical(src)
+        key = canonical_text(src)
         if key in first:
             src = attrs.evolve(src, name=first[key], text="")
         else:
@@ -173,7 +174,7 @@ def assemble(kernels: Sequence[KernelSource]) -> tuple[KernelSource, ...]:
     return tuple(out)
 
 
-def _canonical(src: KernelSource) -> str:
+def canonical_text(src: KernelSource) -> str:
     """The kernel's text with its name, comments and argument names abstracted: two kernels
     with the same canonical text are one function launched on different buffers."""
     lines = [ln for ln in src.text.splitlines() if not ln.lstrip().startswith("//")]
