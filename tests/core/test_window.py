@@ -180,3 +180,71 @@ def test_batch_norm_is_the_eval_formula_over_the_channel_axis() -> None:
         DefinitionError, match=r"channel axis c#\w+ \(4\) is not an axis of its input"
     ):
         ncd.run(stray, np.zeros((2, 3)), params=ncd.init(stray, seed=0))
+
+
+def _spread_windows(
+    x: np.ndarray, k: int, s: int, p: int, d: int, u: int, extra: int, reverse: bool
+) -> np.ndarray:
+    n = x.shape[-1]
+    wide = np.zeros((*x.shape[:-1], (n - 1) * u + 1 + 2 * p + extra))
+    wide[..., p : p + (n - 1) * u + 1 : u] = x
+    m = (wide.shape[-1] - d * (k - 1) - 1) // s + 1
+    out = np.zeros((*x.shape[:-1], m, k))
+    for o in range(m):
+        for j in range(k):
+            out[..., o, j] = wide[..., o * s + (k - 1 - j if reverse else j) * d]
+    return out
+
+
+@pytest.mark.parametrize(("n", "k", "u", "p", "extra", "reverse"), [(13, 3, 2, 1, 1, True)])
+def test_an_upsampled_reversed_window_matches_a_direct_loop(
+    n: int, k: int, u: int, p: int, extra: int, reverse: bool
+) -> None:
+    x = np.random.default_rng(5).standard_normal((2, n))
+    for d in (1, 2):
+        w = ops.window(
+            "l", "o", "j", j=k, padding=p, dilation=d, upsample=u, extra=extra, reverse=reverse
+        )
+        got = ncd.run(w.over(ncd.Axis("c", size=2)), x)
+        np.testing.assert_array_equal(got, _spread_windows(x, k, 1, p, d, u, extra, reverse))
+
+
+def _transposed_direct(x: np.ndarray, w: np.ndarray, s: int, p: int, op: int, d: int, g: int):
+    n, ci, length = x.shape
+    _, og, k = w.shape
+    full = (length - 1) * s + d * (k - 1) + 1 + op
+    y = np.zeros((n, og * g, full))
+    cg = ci // g
+    for c in range(ci):
+        grp = c // cg
+        for i in range(length):
+            for j in range(k):
+                t = i * s + j * d
+                y[:, grp * og : (grp + 1) * og, t] += x[:, c, i, None] * w[c, :, j]
+    return y[:, :, p : full - p]
+
+
+@pytest.mark.parametrize(
+    ("ci", "co", "k", "length", "s", "p", "op", "d", "g"),
+    [(3, 5, 3, 13, 1, 0, 0, 1, 1), (6, 10, 3, 13, 2, 1, 1, 2, 2), (1, 1, 1, 1, 1, 0, 0, 1, 1)],
+)
+def test_conv_transpose1d_is_a_spread_reversed_window_then_an_einsum(
+    ci: int, co: int, k: int, length: int, s: int, p: int, op: int, d: int, g: int
+) -> None:
+    m = conv.conv_transpose1d(
+        ci, co, k, stride=s, padding=p, output_padding=op, dilation=d, groups=g
+    ).over(ncd.Axis("n"))
+    rng = np.random.default_rng(6)
+    params = {n: rng.standard_normal(v.shape) for n, v in ncd.init(m, seed=0).items()}
+    assert params["conv.weight"].shape == (ci, co // g, k)  # torch's layout
+    x = rng.standard_normal((2, ci, length))
+    want = _transposed_direct(x, params["conv.weight"], s, p, op, d, g)
+    want += params["conv.bias"][:, None]
+    np.testing.assert_allclose(ncd.run(m, x, params=params), want, atol=1e-12)
+
+
+def test_conv_transpose1d_refuses_what_torch_refuses() -> None:
+    with pytest.raises(DefinitionError, match="output_padding 2 must be smaller"):
+        conv.conv_transpose1d(3, 3, 3, stride=2, output_padding=2)
+    with pytest.raises(DefinitionError, match="padding 3 is more than dilation"):
+        conv.conv_transpose1d(3, 3, 3, padding=3)

@@ -75,6 +75,31 @@ def test_conv2d_matches_torch(case: tuple[Any, ...]) -> None:
     np.testing.assert_allclose(exported, want, atol=1e-12)
 
 
+# (c_in, c_out, kernel, length, stride, padding, output_padding, dilation, groups)
+CONV_T1D = [
+    (3, 5, 3, 13, 1, 0, 0, 1, 1),
+    (6, 10, 3, 13, 2, 1, 1, 2, 2),
+    (1, 1, 1, 1, 1, 0, 0, 1, 1),
+    (4, 6, 4, 7, 3, 2, 2, 1, 2),
+]
+
+
+@pytest.mark.parametrize("case", CONV_T1D, ids=str)
+def test_conv_transpose1d_matches_torch(case: tuple[int, ...]) -> None:
+    ci, co, k, length, s, p, op, d, g = case
+    torch.manual_seed(4)
+    w = torch.randn(ci, co // g, k, dtype=torch.float64)  # torch's (in, out/groups, k)
+    b = torch.randn(co, dtype=torch.float64)
+    x = torch.randn(2, ci, length, dtype=torch.float64)
+    kw = {"stride": s, "padding": p, "output_padding": op, "dilation": d, "groups": g}
+    want = F.conv_transpose1d(x, w, b, **kw).numpy()
+    model = conv.conv_transpose1d(ci, co, k, **kw).over(N)
+    ref, exported = _run_both(model, x, {"conv.weight": w, "conv.bias": b})
+    assert ref.shape == want.shape
+    np.testing.assert_allclose(ref, want, atol=1e-12)
+    np.testing.assert_allclose(exported, want, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     ("kind", "args", "shape"),
     [
@@ -114,7 +139,19 @@ def _net1d() -> nn.Module:
     ).eval()
 
 
-@pytest.mark.parametrize(("make", "shape"), [(_net2d, (2, 3, 7, 13)), (_net1d, (2, 6, 29))])
+def _net1d_transposed() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv1d(4, 6, 3, stride=2, dilation=2, groups=2, padding=1),
+        nn.ReLU(),
+        nn.ConvTranspose1d(6, 4, 3, stride=2, padding=1, output_padding=1, groups=2),
+        nn.ConvTranspose1d(4, 3, 2),
+    ).eval()
+
+
+@pytest.mark.parametrize(
+    ("make", "shape"),
+    [(_net2d, (2, 3, 7, 13)), (_net1d, (2, 6, 29)), (_net1d_transposed, (2, 4, 13))],
+)
 def test_a_conv_net_imports_and_matches_torch(make: Any, shape: tuple[int, ...]) -> None:
     torch.manual_seed(2)
     module = make()
@@ -148,6 +185,7 @@ def test_an_imported_conv_net_runs_on_opencl() -> None:
 def test_convolution_advice_no_longer_says_unsupported() -> None:
     assert "not supported" not in advice("aten.conv3d").split(";")[0]
     assert "3-d" in advice("aten.conv3d") and "imports" in advice("aten.max_pool3d")
+    assert "eval mode" in advice("aten.batch_norm")
 
 
 def test_padding_same_is_refused_by_name() -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "batch_norm",
     "conv1d",
     "conv2d",
+    "conv_transpose1d",
     "max_pool1d",
     "max_pool2d",
 ]
@@ -186,6 +187,85 @@ def conv2d(
         bias,
         name,
     )
+
+
+def conv_transpose1d(
+    c_in: AxisArg = "c_in",
+    c_out: AxisArg = "c_out",
+    kernel_size: int = 3,
+    *,
+    stride: int = 1,
+    padding: int = 0,
+    output_padding: int = 0,
+    groups: int = 1,
+    bias: bool = True,
+    dilation: int = 1,
+    length: AxisArg = "l",
+    length_out: AxisArg = None,
+    name: str = "conv",
+) -> Term:
+    """``torch.nn.ConvTranspose1d``: ``[c_in l] -> [c_out l_out]``, ``l_out = (l - 1) stride -
+    2 padding + dilation (k - 1) + output_padding + 1``, the weight ``(c_in, c_out/groups, k)``
+    as torch stores it. One window (the input spread ``stride`` apart, padded by ``dilation (k
+    - 1) - padding``, offsets reversed: the kernel flip) then one einsum, as a convolution."""
+    k = _pair("conv_transpose1d: kernel_size", kernel_size, 1, 1)[0]
+    s = _pair("conv_transpose1d: stride", stride, 1, 1)[0]
+    d = _pair("conv_transpose1d: dilation", dilation, 1, 1)[0]
+    p = _pair("conv_transpose1d: padding", padding, 1, 0)[0]
+    extra = _pair("conv_transpose1d: output_padding", output_padding, 1, 0)[0]
+    if extra >= max(s, d):
+        raise DefinitionError(
+            f"conv_transpose1d: output_padding {extra} must be smaller than the stride {s} or "
+            f"the dilation {d} (torch's rule). Fix: pass output_padding < {max(s, d)}."
+        )
+    if p > d * (k - 1):
+        raise DefinitionError(
+            f"conv_transpose1d: padding {p} is more than dilation * (kernel_size - 1) = "
+            f"{d * (k - 1)}, which would crop the output from inside. Fix: pass padding <= "
+            f"{d * (k - 1)}."
+        )
+    ci, co = _ax("c_in", c_in), _ax("c_out", c_out)
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise DefinitionError(
+            f"conv_transpose1d: groups must be a positive int, got {show(groups)}."
+        )
+    for ch in (ci, co):
+        if groups > 1 and (ch.size is None or ch.size % groups):
+            raise DefinitionError(
+                f"conv_transpose1d: {ch.describe()} must be a known multiple of groups={groups}. "
+                "Fix: size the channels as a multiple of groups."
+            )
+    length_in, out = _ax("l", length), _ax("l_out", length_out)
+    ka = Axis("kl", size=k)
+    og = Axis("c_group_out", size=(co.size or 0) // groups) if groups > 1 else co
+
+    @trace(inputs=[ArrayType((ci, length_in))], name="conv_transpose1d", label="")
+    def body(x: Tensor) -> Tensor:
+        view = ops.window(
+            length_in,
+            out,
+            ka,
+            padding=d * (k - 1) - p,
+            dilation=d,
+            upsample=s,
+            extra=extra,
+            reverse=True,
+        )
+        x = view(x)
+        w = ops.prim(Parameter((ci, og, ka), "normal", param="weight", name=name))()
+        if groups == 1:
+            y: Tensor = ops.einsum("ci l k, ci co k -> co l", ci=ci, co=co, l=out, k=ka)(x, w)
+        else:
+            g, cg = Axis("groups", size=groups), Axis("c_group", size=(ci.size or 0) // groups)
+            xg, wg = _split(ci, (g, cg))(x), _split(ci, (g, cg))(w)
+            spec = "g cg l k, g cg og k -> g og l"
+            y = ops.einsum(spec, g=g, cg=cg, og=og, l=out, k=ka)(xg, wg)
+            y = _merge((g, og), co, (out,))(y)
+        if bias:
+            y = y + ops.prim(Parameter((co,), "zeros", param="bias", name=name))()
+        return y
+
+    return body
 
 
 def _pool(

@@ -25,6 +25,7 @@ __all__ = [
     "batch_norm",
     "conv1d",
     "conv2d",
+    "conv_transpose1d",
     "cross_entropy",
     "gpt",
     "gqa_attention",
@@ -433,6 +434,7 @@ from ncd.conv import (  # noqa: E402  (windows then an einsum; pooling a windowe
     batch_norm,
     conv1d,
     conv2d,
+    conv_transpose1d,
     max_pool1d,
     max_pool2d,
 )

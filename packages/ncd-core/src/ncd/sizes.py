@@ -25,8 +25,10 @@ __all__ = ["Config", "SizeSolver", "SizeVar", "WindowSize", "check_bytes", "memo
 @attrs.frozen
 class WindowSize:
     """A size constraint of a sliding window over ``n`` with ``k`` offsets: ``size(out) ==
-    floor((size(n) + 2 padding - dilation (size(k) - 1) - 1) / stride) + 1`` (torch's
-    ``Conv1d`` / ``MaxPool1d`` output length), derived once ``n`` and ``k`` are known."""
+    floor((m + 2 padding + extra - dilation (size(k) - 1) - 1) / stride) + 1`` over the
+    ``m = (size(n) - 1) upsample + 1`` elements of the input spread ``upsample`` apart (torch's
+    ``Conv1d`` / ``MaxPool1d`` length; with ``upsample`` the stride and ``extra`` its output
+    padding, ``ConvTranspose1d``'s), derived once ``n`` and ``k`` are known."""
 
     out: Axis
     n: Axis
@@ -34,10 +36,16 @@ class WindowSize:
     stride: int = 1
     padding: int = 0
     dilation: int = 1
+    upsample: int = 1
+    extra: int = 0
+
+    def span(self, n: int) -> int:
+        """The padded length the window slides over."""
+        return (n - 1) * self.upsample + 1 + 2 * self.padding + self.extra
 
     def positions(self, n: int, k: int) -> int:
         """The number of window positions over ``n`` elements (< 1: the window does not fit)."""
-        return (n + 2 * self.padding - self.dilation * (k - 1) - 1) // self.stride + 1
+        return (self.span(n) - self.dilation * (k - 1) - 1) // self.stride + 1
 
     def misfit(self, n: int, k: int) -> str:
         """Why ``k`` offsets do not fit ``n`` elements, naming the axes and the fix."""
@@ -45,7 +53,7 @@ class WindowSize:
         return (
             f"the window {self.k.ref} of {k} offsets (dilation {self.dilation}, span {span}) "
             f"does not fit {self.n.ref} of {n} elements padded by {self.padding} on each side "
-            f"({n + 2 * self.padding} < {span}), so {self.out.ref} would have "
+            f"({self.span(n)} < {span}), so {self.out.ref} would have "
             f"{self.positions(n, k)} positions. Fix: a longer input, more padding, or a "
             "smaller kernel or dilation"
         )

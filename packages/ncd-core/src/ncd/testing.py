@@ -334,6 +334,12 @@ def _window_cases() -> list[Case]:
         c = conv.conv2d(ci, co, k, stride=s, padding=p, dilation=d, groups=g, height=h, width=w)
         return c.over(_a("b", 2))
 
+    def conv_t1d(ci: int, co: int, k: int, n: int, s: int, p: int, e: int, d: int, g: int) -> Term:
+        c = conv.conv_transpose1d(
+            ci, co, k, stride=s, padding=p, output_padding=e, dilation=d, groups=g, length=n
+        )
+        return c.over(_a("b", 2))
+
     def conv_bn_relu(ci: int, co: int, h: int, w: int) -> Term:
         c = Axis("c_out", size=co)
         t = conv.conv2d(ci, c, 3, padding=1, height=h, width=w) >> conv.batch_norm(c)
@@ -356,6 +362,10 @@ def _window_cases() -> list[Case]:
         Case("conv2d_6_10_s2_p1_d2_g2", P(conv2d, 6, 10, 3, 13, 7, 2, 1, 2, 2)),
         Case("conv2d_1x1_1", P(conv2d, 1, 1, 1, 1, 1, 1, 0, 1, 1)),
         Case("conv2d_batch_norm_relu_5_13", P(conv_bn_relu, 5, 13, 7, 13)),
+        Case("conv_transpose1d_3_5_k3_13", P(conv_t1d, 3, 5, 3, 13, 1, 0, 0, 1, 1)),
+        Case("conv_transpose1d_6_10_s2_p1_op1_d2_g2", P(conv_t1d, 6, 10, 3, 13, 2, 1, 1, 2, 2)),
+        Case("conv_transpose1d_1_1_k1_1", P(conv_t1d, 1, 1, 1, 1, 1, 0, 0, 1, 1)),
+        Case("conv_transpose1d_4_6_k4_s3_p2_op2_g2", P(conv_t1d, 4, 6, 4, 7, 3, 2, 2, 1, 2)),
         Case("max_pool2d_3_2_1", P(pool, "max_pool2d", 3, 2, 1, 13, 7)),
         Case("avg_pool2d_3_2_1", P(pool, "avg_pool2d", 3, 2, 1, 13, 7)),
         Case("max_pool2d_1", P(pool, "max_pool2d", 1, 1, 0, 1, 1)),

@@ -104,15 +104,30 @@ def batch_norm(
 
 
 def window(
-    x: torch.Tensor, k: int, stride: int, padding: int, dilation: int, fill: float
+    x: torch.Tensor,
+    k: int,
+    stride: int,
+    padding: int,
+    dilation: int,
+    fill: float,
+    upsample: int = 1,
+    extra: int = 0,
+    reverse: bool = False,
 ) -> torch.Tensor:
     """``ncd.ops.window`` on the last dim: ``y[..., o, j] = x[..., o*stride + j*dilation -
-    padding]`` (``fill`` off the ends), a strided view of the padded input (``unfold``)."""
-    if padding:
-        x = F.pad(x, (padding, padding), value=fill)
+    padding]`` (``fill`` off the ends), a strided view of the padded input (``unfold``); the
+    input first spread ``upsample`` apart, ``extra`` more padding at the end, ``j`` reversed."""
+    if upsample > 1:
+        n = x.shape[-1]
+        wide = x.new_full((*x.shape[:-1], (n - 1) * upsample + 1), fill)
+        wide[..., ::upsample] = x
+        x = wide
+    if padding or extra:
+        x = F.pad(x, (padding, padding + extra), value=fill)
     span = dilation * (k - 1) + 1
     taps = x.unfold(-1, span, stride)
-    return taps[..., ::dilation] if dilation > 1 else taps
+    taps = taps[..., ::dilation] if dilation > 1 else taps
+    return taps.flip(-1) if reverse else taps
 
 
 class Fill(torch.nn.Module):

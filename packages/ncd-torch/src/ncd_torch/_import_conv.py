@@ -1,6 +1,6 @@
-"""Import rules for convolution and pooling (``aten.conv1d/2d``, ``aten.max_pool1d/2d``,
-``aten.avg_pool1d/2d``): each spatial dim becomes an ``ops.window`` (positions x offsets), a
-convolution then one einsum with the weight (kept in PyTorch's ``(out, in/groups, *kernel)``
+"""Import rules for convolution and pooling (``aten.conv1d/2d``, ``aten.conv_transpose1d``,
+``aten.max_pool1d/2d``, ``aten.avg_pool1d/2d``): each spatial dim becomes an ``ops.window``
+(positions x offsets), a convolution then one einsum with the weight (kept in PyTorch's
 layout, so the checkpoint loads as it is) and a pooling one reduction over the offsets; and
 eval-mode ``aten.batch_norm``, one ``BatchNorm`` over the channel dim."""
 
@@ -158,6 +158,73 @@ def _conv1d(c: Capture, node: Any) -> None:
 @import_rule("aten.conv2d")
 def _conv2d(c: Capture, node: Any) -> None:
     _conv(c, node, 2)
+
+
+@import_rule("aten.conv_transpose1d")
+def _conv_transpose1d(c: Capture, node: Any) -> None:
+    """``conv_transpose1d(x, weight, bias, stride, padding, output_padding, groups, dilation)``:
+    one window (the input spread ``stride`` apart, padded by ``dilation (k - 1) - padding``, its
+    offsets reversed) then one einsum with the weight ``(in, out/groups, k)`` as torch has it."""
+    x = c.plain(node.args[0])
+    weight = c.param(node.args[1])
+    bias_arg = _arg(node, 2, "bias", None)
+    bias = c.param(bias_arg) if bias_arg is not None else None
+    names = c.take_pending()
+    (s,) = _ints(_arg(node, 3, "stride", 1), 1, (1,))
+    (p,) = _ints(_arg(node, 4, "padding", 0), 1, (0,))
+    (extra,) = _ints(_arg(node, 5, "output_padding", 0), 1, (0,))
+    groups = int(_arg(node, 6, "groups", 1))
+    (d,) = _ints(_arg(node, 7, "dilation", 1), 1, (1,))
+    ci_n, og_n, k = weight.shape
+    if p > d * (k - 1):
+        raise c.unsupported(node, "padding larger than dilation * (kernel_size - 1)")
+    *lead, ci, length = c.dims[x]
+    if not isinstance(length, int) or not isinstance(ci, int):
+        raise c.unsupported(node, "a window over a broadcast or folded dim")
+    c.axes.hint(length, "l", 0.3)
+    c.axes.hint(ci, "channels", 0.2)
+    o = c.axes.new(c.shape(node)[-1], "l_out", 0.3)
+    kv = c.axes.new(k, "kl", 1)
+    co_v = c.axes.new(og_n * groups, "channels", 0.3)
+    ax = c.axis
+    view = L.Window(ax(length), ax(o), ax(kv), 1, d * (k - 1) - p, d, 0.0, s, extra, True)
+    cur = c.op(node, view, [x], names=[])
+    og_v = c.axes.new(og_n, "c_group_out", 1) if groups > 1 else co_v
+    w = c.op(
+        node,
+        Parameter((ax(ci), ax(og_v), ax(kv)), param="weight", name=c.leaf(node) or "conv"),
+        [],
+        {"weight": weight},
+        names=names[:1],
+    )
+    if groups == 1:
+        spec = L.Einsum(((ax(ci), ax(o), ax(kv)), (ax(ci), ax(co_v), ax(kv))), (ax(co_v), ax(o)))
+        y = c.op(node, spec, [cur, w], names=[])
+    else:
+        g = c.axes.new(groups, "groups", 1)
+        cg = c.axes.new(ci_n // groups, "c_group", 1)
+        xg = c.op(node, L.Window(ax(ci), ax(g), ax(cg), ci_n // groups), [cur], names=[])
+        wg = c.op(node, L.Window(ax(ci), ax(g), ax(cg), ci_n // groups), [w], names=[])
+        spec = L.Einsum(
+            ((ax(g), ax(cg), ax(o), ax(kv)), (ax(g), ax(cg), ax(og_v), ax(kv))),
+            (ax(g), ax(og_v), ax(o)),
+        )
+        y = c.op(node, spec, [xg, wg], names=[])
+        parts = (ax(g), ax(og_v), ax(o))
+        merge = L.View(
+            parts, (ax(co_v), ax(o)), tuple((a,) for a in parts), ((ax(g), ax(og_v)), (ax(o),))
+        )
+        y = c.op(node, merge, [y], names=[])
+    if bias is not None:
+        b = c.op(
+            node,
+            Parameter((ax(co_v),), "zeros", param="bias", name=c.leaf(node) or "conv"),
+            [],
+            {"bias": bias},
+            names=names[1:],
+        )
+        c.op(node, L.Binary("add"), [y, b], names=[])
+    c.set(node, [*lead, co_v, o], recorded=True)
 
 
 def _pool(c: Capture, node: Any, nd: int, fn: str) -> None:

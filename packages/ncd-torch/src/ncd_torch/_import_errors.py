@@ -19,9 +19,9 @@ __all__ = ["ADVICE", "Problem", "Site", "advice", "report", "supported_ops"]
 
 #: ATen op name (or a prefix of it ending in ``*``) -> why it does not import and what to do.
 ADVICE: dict[str, str] = {
-    "aten.conv*": "convolution imports in 1-d and 2-d (nn.Conv1d/Conv2d: windows then an einsum, "
-    "with stride, int padding, dilation, groups, bias); 3-d and transposed ones do not yet: build "
-    "them with ncd.ops.window and ncd.ops.einsum",
+    "aten.conv*": "convolution imports in 1-d and 2-d and transposed in 1-d (nn.Conv1d/Conv2d/"
+    "ConvTranspose1d: windows then an einsum, with stride, int padding, dilation, groups, bias); "
+    "3-d and 2-d transposed ones do not yet: build them with ncd.ops.window and ncd.ops.einsum",
     "aten.cudnn_convolution*": "export the model on the CPU: aten.conv1d/conv2d import (windows "
     "then an einsum)",
     "aten.max_pool*": "max pooling imports in 1-d and 2-d (a windowed max; ceil_mode only where "

@@ -296,7 +296,8 @@ def _rotary(op: X.Rotary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> l
 @torch_rule(W.Window)
 def _window(op: W.Window, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
     k = em.size(op.k)
-    return [em.call(fn.window, xs[0], k, op.stride, op.padding, op.dilation, op.fill)]
+    args = (k, op.stride, op.padding, op.dilation, op.fill, op.upsample, op.extra, op.reverse)
+    return [em.call(fn.window, xs[0], *args)]
 
 
 @torch_rule(BN.BatchNorm)

@@ -704,8 +704,10 @@ def render_kernel(
 
 
 def _positions(c: WindowSize, n: Size, k: Size) -> Size:
-    """``floor((n + 2p - d (k - 1) - 1) / s) + 1`` on sizes: the host has checked before the
-    launch (``Graph.bind``) that the window fits, so C's truncating division is the floor."""
+    """``floor(((n - 1) u + 1 + 2p + e - d (k - 1) - 1) / s) + 1`` on sizes: the host has
+    checked before the launch (``Graph.bind``) that the window fits, so C's truncating division
+    is the floor."""
     if isinstance(n, int) and isinstance(k, int):
         return c.positions(n, k)
-    return (n + 2 * c.padding - (k * c.dilation - c.dilation + 1)) // c.stride + 1
+    span = (n - 1) * c.upsample + 1 + 2 * c.padding + c.extra
+    return (span - (k * c.dilation - c.dilation + 1)) // c.stride + 1

@@ -454,15 +454,21 @@ def _window(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     op: W.Window = node.op  # type: ignore[assignment]
     rest = {a: e for a, e in index.items() if a not in (op.out, op.k)}
     o = index[op.out] if op.stride == 1 else f"{index[op.out]} * {op.stride}"
-    j = index[op.k] if op.dilation == 1 else f"{index[op.k]} * {op.dilation}"
-    if not op.padding:  # the size rule keeps every tap inside [0, n): |out| was derived so
+    j = f"({gen.size(op.k)} - 1 - {index[op.k]})" if op.reverse else index[op.k]
+    j = j if op.dilation == 1 else f"{j} * {op.dilation}"
+    if not op.padding and not op.extra and op.upsample == 1:
+        # the size rule keeps every tap inside [0, n): |out| was derived so
         return _ins(gen, node, {**rest, op.axis: f"({o} + {j})"})
     # the tap stays an expression of loop indices (not a let): a value read at it is hoisted
     # by the loop indices its index names
     i = f"({o} + {j} - {op.padding})"
     n = gen.size(op.axis)
+    ok = f"({i}) >= 0"
+    if op.upsample > 1:  # on the input's lattice: every upsample-th position is an element
+        ok = f"{ok} && ({i}) % {op.upsample} == 0"
+        i = f"(({i}) / {op.upsample})"
     x = _ins(gen, node, {**rest, op.axis: _clamp(i, 0, f"{n} - 1")})
-    return f"(({i}) >= 0 && ({i}) < {n} ? ({x}) : {gen.lit(op.fill)})"
+    return f"({ok} && ({i}) < {n} ? ({x}) : {gen.lit(op.fill)})"
 
 
 @codegen_rule(BN.BatchNorm)

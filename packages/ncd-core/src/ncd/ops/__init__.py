@@ -553,15 +553,21 @@ def window(
     padding: int = 0,
     dilation: int = 1,
     fill: float = 0.0,
+    upsample: int = 1,
+    extra: int = 0,
+    reverse: bool = False,
     name: str = "",
     **axes: AxisLike | int,
 ) -> Term:
     """Sliding windows along ``axis``: the new axes ``out`` (positions) and ``k`` (offsets),
     ``y[o, j] = x[o*stride + j*dilation - padding]`` (``fill`` off the ends), ``|out|``
-    derived as in torch: ``ops.window("l", "l_out", "k", k=3, padding=1)``."""
+    derived as in torch: ``ops.window("l", "l_out", "k", k=3, padding=1)``. ``upsample``
+    spreads the input's elements that far apart (``fill`` between), ``extra`` pads the end
+    further and ``reverse`` reads the offsets backwards: a transposed convolution's window."""
     n = _Names(axes)
+    a, o, j = n.axis(axis), n.axis(out), n.axis(k)
     return prim(
-        Window(n.axis(axis), n.axis(out), n.axis(k), stride, padding, dilation, fill, name=name)
+        Window(a, o, j, stride, padding, dilation, fill, upsample, extra, reverse, name=name)
     )
 
 

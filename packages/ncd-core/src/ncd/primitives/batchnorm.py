@@ -58,7 +58,10 @@ def _batch_norm(
 ) -> list[np.ndarray]:
     x = xs[0]
     shape = [1] * x.ndim  # the arrays hold the node's loop axes, in its loop order
-    shape[channel_dim(op, ctx.loop)] = -1
+    # a caller that leaves ``Context.loop`` unset (a backend deferring to this rule): the
+    # node's own loop, found by the op it holds
+    loop = ctx.loop or next((n.loop for n in ctx.graph.nodes if n.op is op), ())
+    shape[channel_dim(op, loop)] = -1
 
     def at(name: str) -> np.ndarray:
         return p[name].reshape(shape)

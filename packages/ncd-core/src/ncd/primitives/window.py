@@ -17,7 +17,7 @@ import numpy as np
 
 from ncd.axis import Axis, show
 from ncd.errors import DefinitionError, SizeError
-from ncd.op import Op, Signature, axis_field, count_field, register_op
+from ncd.op import Op, Signature, axis_field, count_field, flag_field, register_op
 from ncd.reference import Context, reference_rule
 from ncd.sizes import WindowSize
 from ncd.streaming import ROLE_RULES
@@ -56,6 +56,12 @@ class Window(Op):
     padding: int = count_field(0, low=0)
     dilation: int = count_field(1)
     fill: float = attrs.field(default=0.0, converter=_as_fill, validator=_check_fill)
+    #: input elements ``upsample`` apart, ``fill`` between them (a transposed convolution's
+    #: stride), ``extra`` more padding at the end (its output padding), and the offsets read
+    #: in reverse, ``j -> |k| - 1 - j`` (its kernel flip, so the weight keeps torch's layout)
+    upsample: int = count_field(1)
+    extra: int = count_field(0, low=0)
+    reverse: bool = flag_field(False)
 
     def __attrs_post_init__(self) -> None:
         if len({self.axis, self.out, self.k}) != 3:
@@ -79,7 +85,16 @@ class Window(Op):
                 )
 
     def constraint(self) -> WindowSize:
-        return WindowSize(self.out, self.axis, self.k, self.stride, self.padding, self.dilation)
+        return WindowSize(
+            self.out,
+            self.axis,
+            self.k,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.upsample,
+            self.extra,
+        )
 
     def signature(self) -> Signature:
         return ((self.axis,),), ((self.out, self.k),)
@@ -103,18 +118,20 @@ class Window(Op):
     def label(self) -> str:
         if self.name:
             return self.name
-        extra = [
+        shown = [
             f"{f}={getattr(self, f)}"
-            for f, plain in (("stride", 1), ("padding", 0), ("dilation", 1))
+            for f, plain in (("stride", 1), ("padding", 0), ("dilation", 1), ("upsample", 1))
             if getattr(self, f) != plain
         ]
-        return " ".join(["window", *extra])
+        return " ".join(["window", *shown, *(["reversed"] if self.reverse else [])])
 
     def taps(self, out: int, k: int) -> np.ndarray:
-        """``o*stride + j*dilation - padding`` over ``(out, k)``: the input index each output
-        element reads (outside ``[0, n)``: the fill)."""
+        """``o*stride + j*dilation - padding`` over ``(out, k)`` (``j`` counted from the end when
+        ``reverse``): the index each output element reads among the input's elements spread
+        ``upsample`` apart (off them, or outside: the fill)."""
         o = np.arange(out)[:, None] * self.stride
-        return o + np.arange(k)[None, :] * self.dilation - self.padding
+        j = np.arange(k)[None, :]
+        return o + (k - 1 - j if self.reverse else j) * self.dilation - self.padding
 
 
 @reference_rule(Window)
@@ -128,8 +145,9 @@ def _window(
             f"window: {op.axis.describe()} has {n} elements, not the length "
             f"{op.out.describe()} was derived from. Fix: bind the sizes the input has."
         )
-    pad = [(0, 0)] * (x.ndim - 1) + [(op.padding, op.padding)]
-    wide = np.pad(x, pad, constant_values=op.fill) if op.padding else x
+    c = op.constraint()
+    wide = np.full((*x.shape[:-1], c.span(n)), op.fill, dtype=x.dtype)
+    wide[..., op.padding : op.padding + (n - 1) * op.upsample + 1 : op.upsample] = x
     return [wide[..., op.taps(m, k) + op.padding]]
 
 
