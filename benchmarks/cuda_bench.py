@@ -17,6 +17,7 @@ device tensors too. float32 matmuls run without TF32 on both sides
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -30,31 +31,37 @@ from ncd import nn, ops
 
 
 def workloads(scale: int) -> list[tuple[str, Any, str]]:
-    """(name, model, torch peer kind) at sizes divided by ``scale``."""
-    n = 4096 // scale
-    s, heads = 4096 // scale, 16
+    """(name, model, torch peer kind) at sizes divided by ``scale`` (the issue's list: memory-
+    bound rows, matmuls 4096^3 and 8192^3 per format, attention per format, head width, length
+    and mask, and a GPT-2-small block)."""
+    bf16, f16 = ncd.bfloat16, ncd.float16
     rows, d = 8192 // scale, 4096 // scale
-    bf16 = ncd.bfloat16
     out: list[tuple[str, Any, str]] = [
-        (f"matmul f32 {n}^3", ops.einsum("a b, b c -> a c").bind(a=n, b=n, c=n), "matmul"),
-        (
-            f"matmul bf16 {n}^3",
-            ops.einsum("a b, b c -> a c").bind(a=n, b=n, c=n).cast(bf16),
-            "matmul",
-        ),
-    ]
-    for causal in (False, True):
-        att = nn.attention(causal=causal).over("h").bind(h=heads, q=s, x=s, d=128, v=128)
-        kind = "causal" if causal else "full"
-        out.append((f"attention bf16 h{heads} s{s} d128 {kind}", att.cast(bf16), f"sdpa-{kind}"))
-    out.append(
+        (f"softmax f32 {rows}x{d}", ops.softmax("x").over("r").bind(r=rows, x=d), "softmax"),
         (
             f"layernorm bf16 {rows}x{d}",
             ops.layernorm("d").over("r").bind(r=rows, d=d).cast(bf16),
             "layernorm",
-        )
-    )
-    out.append((f"softmax f32 {rows}x{d}", ops.softmax("x").over("r").bind(r=rows, x=d), "softmax"))
+        ),
+    ]
+    for n in (4096 // scale, 8192 // scale):
+        mm = ops.einsum("a b, b c -> a c").bind(a=n, b=n, c=n)
+        for fmt, label in ((None, "f32"), (bf16, "bf16"), (f16, "f16")):
+            out.append((f"matmul {label} {n}^3", mm if fmt is None else mm.cast(fmt), "matmul"))
+    shapes = [(128, s) for s in (1024, 4096, 16384)] + [(64, 4096)]
+    for fmt, label in ((bf16, "bf16"), (f16, "f16")):
+        for width, seq in shapes:
+            seq //= scale
+            for causal in (False, True):
+                att = nn.attention(causal=causal).over("h")
+                att = att.bind(h=16, q=seq, x=seq, d=width, v=width).cast(fmt)
+                kind = "causal" if causal else "full"
+                name = f"attention {label} h16 s{seq} d{width} {kind}"
+                out.append((name, att, f"sdpa-{kind}"))
+    seq, batch = 1024 // scale, max(1, 8 // scale)
+    block = nn.transformer_block().over("b")
+    block = block.bind(b=batch, seq=seq, d_model=768, heads=12, d_head=64, d_ff=3072)
+    out.append((f"GPT-2-small block f32 b{batch} s{seq}", block, "module"))
     return out
 
 
@@ -74,7 +81,9 @@ def _median_cuda(torch: Any, fn: Callable[[], Any], reps: int) -> float:
     return statistics.median(times)
 
 
-def _peer(torch: Any, kind: str, xs: list[Any], params: dict[str, Any]) -> Callable[[], Any]:
+def _peer(
+    torch: Any, kind: str, xs: list[Any], params: dict[str, Any], model: Any = None
+) -> Callable[[], Any]:
     F = torch.nn.functional
     if kind == "matmul":
         a, b = xs
@@ -87,8 +96,21 @@ def _peer(torch: Any, kind: str, xs: list[Any], params: dict[str, Any]) -> Calla
         (x,) = xs
         w, b = params["layernorm.weight"], params["layernorm.bias"]
         return lambda: F.layer_norm(x, (x.shape[-1],), w, b)
+    if kind == "module":  # ncd's own export (ncd-torch), under torch.compile
+        return _compiled_module(torch, model, xs, params)
     (x,) = xs
     return lambda: torch.softmax(x, dim=-1)
+
+
+def _compiled_module(torch: Any, model: Any, xs: list[Any], params: dict[str, Any]) -> Any:
+    from ncd_torch import state_dict
+
+    mod = ncd.export(model, "torch").cuda().eval()
+    mod.load_state_dict(state_dict({k: p.cpu().numpy() for k, p in params.items()}))
+    compiled = torch.compile(mod)
+    with torch.no_grad():
+        compiled(*xs)  # compile outside the timing (its time is shown by torch, not here)
+    return lambda: compiled(*xs)
 
 
 def _as_ncd(torch: Any, t: Any) -> Any:
@@ -134,10 +156,17 @@ def bench_gpu(name: str, model: Any, kind: str, reps: int) -> dict[str, Any]:
     torch.cuda.synchronize()
     first = time.perf_counter() - t0
     ours = _median_cuda(torch, lambda: exe(*ncd_xs, params=ncd_ps, out=_as_ncd(torch, out)), reps)
-    peer = _peer(torch, kind, xs, params)
-    theirs = _median_cuda(torch, peer, reps)
-    want = peer().float().reshape(out.shape)
-    err = float((out.float() - want).abs().max() / want.abs().max().clamp_min(1e-30))
+    try:
+        peer = _peer(torch, kind, xs, params, model)
+    except ImportError as e:  # the block's peer needs ncd-torch
+        print(f"  {name}: no torch peer ({e})")
+        peer = None
+    theirs, err = None, float("nan")
+    if peer is not None:
+        with torch.no_grad():
+            theirs = _median_cuda(torch, peer, reps)
+            want = peer().float().reshape(out.shape)
+        err = float((out.float() - want).abs().max() / want.abs().max().clamp_min(1e-30))
     return {
         "workload": name,
         "ncd": ours,
@@ -145,7 +174,26 @@ def bench_gpu(name: str, model: Any, kind: str, reps: int) -> dict[str, Any]:
         "ncd first": first,
         "predicted": _predicted(model),
         "rel err": err,
+        "rate": _rate(model, kind, ours),
     }
+
+
+def _rate(model: Any, kind: str, seconds: float) -> str:
+    """TFLOP/s of a matmul or attention, GB/s of a row kernel (inputs read, outputs written)."""
+    g = model.graph
+    if kind == "matmul":
+        a, b = (g.shape(v) for v in g.inputs)
+        return f"{2 * a[0] * a[1] * b[1] / seconds / 1e12:.1f} TFLOP/s"
+    if kind.startswith("sdpa"):
+        h, q, dd = g.shape(g.inputs[0])
+        x = g.shape(g.inputs[1])[1]
+        share = 0.5 if kind.endswith("causal") else 1.0
+        return f"{4 * h * q * x * dd * share / seconds / 1e12:.1f} TFLOP/s"
+    if kind in ("softmax", "layernorm"):
+        moved = sum(math.prod(g.shape(v)) * g.values[v].dtype.itemsize for v in g.inputs)
+        moved += sum(math.prod(g.shape(v)) * g.values[v].dtype.itemsize for v in g.outputs)
+        return f"{moved / seconds / 1e9:.0f} GB/s"
+    return ""
 
 
 def bench_emulator(name: str, model: Any) -> dict[str, Any]:
@@ -165,23 +213,22 @@ def bench_emulator(name: str, model: Any) -> dict[str, Any]:
     return {"workload": name, "ncd first": first, "predicted": _predicted(model), "rel err": err}
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+HEADER = (
+    "| workload | ncd | ncd rate | torch | ncd/torch | predicted (h200) | ncd/predicted "
+    "| ncd first | rel err |\n|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def row_line(r: dict[str, Any]) -> str:
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v * 1e3:.3f} ms"
 
-    lines = [
-        "| workload | ncd | torch | ncd/torch | predicted (h200) | ncd/predicted | ncd first "
-        "| rel err |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        ours, theirs, pred = r.get("ncd"), r.get("torch"), r.get("predicted")
-        ratio = f"{ours / theirs:.2f}" if ours and theirs else "-"
-        fidelity = f"{ours / pred:.2f}" if ours and pred else "-"
-        cells = [r["workload"], ms(ours), ms(theirs), ratio, ms(pred), fidelity]
-        cells += [f"{r['ncd first']:.2f} s", f"{r['rel err']:.1e}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    ours, theirs, pred = r.get("ncd"), r.get("torch"), r.get("predicted")
+    ratio = f"{ours / theirs:.2f}" if ours and theirs else "-"
+    fidelity = f"{ours / pred:.2f}" if ours and pred else "-"
+    cells = [r["workload"], ms(ours), r.get("rate", ""), ms(theirs), ratio, ms(pred), fidelity]
+    cells += [f"{r['ncd first']:.2f} s", f"{r['rel err']:.1e}"]
+    return "| " + " | ".join(cells) + " |"
 
 
 def main() -> int:
@@ -202,18 +249,18 @@ def main() -> int:
             print("the script and the kernels' outputs on the host emulator)")
             return 0
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    rows = []
+    print(HEADER, flush=True)  # a row per workload as it finishes (a timeout keeps the rest)
     for name, model, kind in workloads(64 if args.emulator else 4 if args.quick else 1):
         if args.only and args.only not in name:
             continue
+        if args.emulator and (kind == "module" or " f16 " in name):
+            continue  # the emulator checks the script, not every size
         row = (
             bench_emulator(name, model)
             if args.emulator
             else bench_gpu(name, model, kind, args.reps)
         )
-        rows.append(row)
-        print(f"  done: {name}", flush=True)
-    print(table(rows))
+        print(row_line(row), flush=True)
     return 0
 
 
