@@ -243,3 +243,18 @@ def test_tensor_core_attention(q: int, x: int, d: int, causal: bool, fmt: Any) -
     model = nn.attention(causal=causal).over("h").bind(h=2, q=q, x=x, d=d, v=d).cast(fmt)
     assert [k.style for k in build(model).kernels] == ["flash"]
     check(model, fmt, contraction(max(x, d)))
+
+
+def test_numpy_outputs_the_caller_dropped_are_reused() -> None:
+    """The output pool (``ncd.pool``): a held output is never written again, a dropped one
+    serves a later call."""
+    model = ops.softmax("x").over("r").bind(r=7, x=13)
+    exe = ncd.compile(model, "cuda", device=DEVICE)
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((7, 13)).astype(np.float32) for _ in range(4)]
+    held = exe(xs[0])
+    exe(xs[1])  # dropped at once
+    again = exe(xs[2])
+    assert exe.pool.reused >= 1
+    np.testing.assert_allclose(held, ncd.run(model, xs[0]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(again, ncd.run(model, xs[2]), rtol=1e-5, atol=1e-6)

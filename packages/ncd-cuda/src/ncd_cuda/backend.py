@@ -35,6 +35,7 @@ from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DefinitionError, DTypeError, SizeError
 from ncd.graph import Graph
 from ncd.plugins.interfaces import Backend, Executable
+from ncd.pool import OutputPool
 
 __all__ = ["FORMATS", "CudaBackend", "CudaExecutable", "launch_shape"]
 
@@ -47,7 +48,7 @@ DEFAULT_BLOCK = 256
 INT_MAX = 2**31 - 1
 #: headroom below int's limit (kernels add up to a block of indices to an in-range one)
 MARGIN = 2**16
-OPTIONS = ("device", "max_builds", "plan", "wide", "compiler")
+OPTIONS = ("device", "max_builds", "plan", "wide", "compiler", "reuse_outputs")
 
 
 def launch_shape(
@@ -182,6 +183,7 @@ class CudaExecutable(Executable):
         plan: Any = None,
         wide: bool | None = None,
         compiler: str | None = None,
+        reuse_outputs: bool = True,
     ) -> None:
         if not isinstance(max_builds, int) or max_builds < 1:
             raise SizeError(
@@ -219,6 +221,8 @@ class CudaExecutable(Executable):
         # parameter name -> (device pointer, bytes, the bits uploaded; None: a device array)
         self._params: dict[str, tuple[int, int, np.ndarray | None]] = {}
         self._lock = threading.RLock()
+        #: NumPy outputs the caller has let go of serve later calls (``ncd.pool``)
+        self.pool = OutputPool(enabled=bool(reuse_outputs))
 
     def _device(self) -> Any:
         """The GPU (``runtime.device``), or the host emulator with ``device="emulator"``."""
@@ -517,7 +521,7 @@ class CudaExecutable(Executable):
             results: list[Any] = []
             for k, v in enumerate(g.outputs):
                 dt = to_dtype(g.values[v].dtype).numpy
-                target = out[k] if out is not None else np.empty(g.shape(v), dtype=dt)
+                target = out[k] if out is not None else self.pool.take(k, g.shape(v), dt)
                 results.append(target)
                 if first[v] != k:
                     continue
@@ -637,8 +641,10 @@ class CudaBackend(Backend):
         set of sizes; default 8), ``plan`` (render this plan, ``ncd.plan(model,
         target="cuda")`` of the bound graph each call runs), ``wide`` (64-bit indices: None,
         when a call's arrays need them; True, always; False, never: such a call is a
-        ``SizeError``), ``compiler`` (``"nvrtc"`` or ``"nvcc"``; default the first there).
-        Nothing here needs a GPU: the first call builds and runs."""
+        ``SizeError``), ``compiler`` (``"nvrtc"`` or ``"nvcc"``; default the first there),
+        ``reuse_outputs`` (default True: a NumPy output the caller no longer refers to serves a
+        later call's output, ``ncd.pool``). Nothing here needs a GPU: the first call builds and
+        runs."""
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise DefinitionError(

@@ -19,7 +19,6 @@ seen; elsewhere they are uploaded again whenever their contents differ from the 
 from __future__ import annotations
 
 import math
-import sys
 import threading
 from collections import OrderedDict
 from typing import Any, ClassVar
@@ -30,6 +29,7 @@ from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DTypeError
 from ncd.graph import Graph
 from ncd.plugins.interfaces import Backend, Executable, Exporter
+from ncd.pool import OutputPool
 
 __all__ = [
     "FORMATS",
@@ -428,52 +428,6 @@ class Compiled:
         return outs
 
 
-class OutputPool:
-    """Output arrays an executable hands out again once their caller has let go of them.
-
-    A fresh 64 MiB ``numpy.empty`` pays a page fault per 4 KiB page on its first write (the
-    allocator returns large blocks to the OS when they are freed), which on a memory-bound
-    kernel costs as much as the kernel. So the executable keeps the arrays it returned (at most
-    ``keep`` per output slot) and reuses one only when nothing but the pool refers to it any
-    more: no variable, container, view (``.base``), ``torch.from_numpy`` tensor or memoryview
-    of the caller's. An array the caller still holds is never written again; once the caller
-    drops every reference its memory may hold a later call's output. (Only a raw pointer taken
-    with ``arr.ctypes.data`` and kept past the array's lifetime escapes this rule, as it does
-    for any NumPy array.) ``reuse_outputs=False`` allocates every output afresh."""
-
-    def __init__(self, enabled: bool = True, keep: int = 2, shapes: int = 16) -> None:
-        self.enabled, self.keep, self.shapes = enabled, keep, shapes
-        # (slot, shape, dtype) -> arrays handed out; least recently used shapes dropped
-        self.slots: OrderedDict[tuple[int, tuple[int, ...], str], list[np.ndarray]]
-        self.slots = OrderedDict()
-        self.reused = 0  # outputs served from the pool (for tests and benchmarks)
-
-    def take(self, slot: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        if not self.enabled:
-            return np.empty(shape, dtype=dtype)
-        key = (slot, tuple(shape), np.dtype(dtype).str)
-        kept = self.slots.setdefault(key, [])
-        self.slots.move_to_end(key)
-        for n in range(len(kept)):
-            if sys.getrefcount(kept[n]) <= _ONLY_LISTED:
-                self.reused += 1
-                return kept[n]
-        arr = np.empty(shape, dtype=dtype)
-        if arr.nbytes:  # (an empty array faults nothing)
-            kept.append(arr)
-            del kept[: -self.keep]
-        while len(self.slots) > self.shapes:
-            self.slots.popitem(last=False)
-        return arr
-
-
-#: ``sys.getrefcount(kept[n])`` of an object only a list refers to (measured, not assumed:
-#: the count of the call's own argument differs between Python versions)
-_PROBE = [object()]
-_ONLY_LISTED = sys.getrefcount(_PROBE[0])
-del _PROBE
-
-
 def _dtype(g: Graph, v: int) -> Any:
     """The NumPy dtype of value ``v``'s arrays (its wire's format; ml_dtypes for bfloat16)."""
     return to_dtype(g.values[v].dtype).numpy
@@ -704,7 +658,7 @@ class OpenCLBackend(Backend):
         arguments), ``wide`` (64-bit indices: None, when a call's arrays need them (a second
         build); True, always; False, never: such a call is a ``SizeError``),
         ``reuse_outputs`` (default True: an output array the caller no longer refers to is
-        reused for a later call's output instead of a fresh allocation, see ``OutputPool``)."""
+        reused for a later call's output instead of a fresh allocation, see ``ncd.pool``)."""
         return OpenCLExecutable(model, **options)
 
     def plan(self, graph: Any, *, tiles: Any = None, **options: Any) -> Any:
@@ -728,7 +682,6 @@ class OpenCLBackend(Backend):
             bool(options.get("local_memory", False)),
             tiles,
         )
-
 
     # -- the schedule space ``ncd.tune`` searches (``ncd_opencl.tuning``) ----------------------
     def candidates(self, kernel: Any, **options: Any) -> list[Any]:
