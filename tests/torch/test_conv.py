@@ -4,6 +4,7 @@ they are; ``from_torch`` of small conv nets on the reference, OpenCL and back to
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import numpy as np
@@ -180,6 +181,75 @@ def test_an_imported_conv_net_runs_on_opencl() -> None:
         want = module(x).numpy()
     got = ncd.compile(model, "opencl")(x.numpy(), params=params)
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.down = None
+        if stride != 1 or c_in != c_out:
+            self.down = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet(nn.Module):
+    """A ResNet of basic blocks: stem, max pool, a block and a downsampling block, global
+    average pooling, a linear head (issue 15's acceptance net, at 3x32x32)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.bn = nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.layer1, self.layer2 = BasicBlock(8, 8, 1), BasicBlock(8, 13, 2)
+        self.avg, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(13, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(torch.relu(self.bn(self.stem(x))))
+        x = self.layer2(self.layer1(x))
+        return self.fc(torch.flatten(self.avg(x), 1))
+
+
+def test_a_resnet_imports_runs_exports_draws_and_is_priced() -> None:
+    torch.manual_seed(5)
+    module = ResNet().eval()
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.normal_(0.0, 0.1)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.normal_(1.0, 0.1)
+                m.bias.normal_(0.0, 0.1)
+    x = torch.randn(2, 3, 32, 32)
+    imported = from_torch(module, (x,))
+    model, params = imported
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(ncd.run(model, x.numpy(), params=params), want, atol=1e-5)
+    back = imported.to_module()
+    back.load_state_dict(module.state_dict())
+    with torch.no_grad():
+        np.testing.assert_allclose(back(x).numpy(), want, atol=1e-5)
+    if importlib.util.find_spec("pyopencl") is not None:
+        got = ncd.compile(model, "opencl")(x.numpy(), params=params)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    if importlib.util.find_spec("ncd_diagram") is not None:
+        import ncd_diagram
+
+        svg = str(ncd_diagram.draw(model))
+        assert svg.count('class="window"') >= 2 * 6  # two windows per conv and pooling
+    if importlib.util.find_spec("ncd_perf") is not None:
+        import ncd_perf
+
+        assert ncd_perf.cost(model, "h100").flops["matrix"] > 0
 
 
 def test_convolution_advice_no_longer_says_unsupported() -> None:

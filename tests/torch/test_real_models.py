@@ -378,7 +378,7 @@ def test_a_conv_net_gives_one_short_error_naming_every_unsupported_module():
     assert "test_real_models.py:" in message
     assert "torch/nn/modules/conv.py:" in message  # the frame inside torch's own module
     assert "3-d and 2-d transposed ones do not yet" in message
-    assert "adaptive pooling is not supported yet" in message
+    assert "adaptive average pooling imports in 1-d and 2-d" in message
     assert "supported_ops()" in message and "aten.linear" not in message
     ops = {p.op for p in info.value.problems}
     assert ops == {"aten.conv3d", "aten.adaptive_avg_pool3d"}

@@ -303,3 +303,33 @@ def _batch_norm(c: Capture, node: Any) -> None:
     op = BatchNorm(c.axis(dims[1]), eps, "weight" in params, name=c.leaf(node) or "bn")
     c.op(node, op, [key], params, names=names)
     c.set(node, list(dims), recorded=True)
+
+
+@import_rule("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d")
+def _adaptive_avg_pool(c: Capture, node: Any) -> None:
+    """Adaptive average pooling to an output size that divides the input (a ResNet's global
+    pooling, output 1): windows with kernel = stride = input // output, then their mean."""
+    nd = 1 if c.aten(node).endswith("1d") else 2
+    x = c.plain(node.args[0])
+    out = _ints(node.args[1], nd, ())
+    n_in = c.shape(node.args[0])[-nd:]
+    if any(o is None or n % o for n, o in zip(n_in, out, strict=True)):
+        raise c.unsupported(node, f"an output size {list(out)} that does not divide {list(n_in)}")
+    if all(o == 1 for o in out):  # global pooling: the mean over the dims, kept as size 1
+        dims = c.dims[x]
+        spatial = dims[-nd:]
+        if any(not isinstance(d, int) for d in spatial):
+            raise c.unsupported(node, "a pooling over a broadcast or folded dim")
+        c.op(node, L.Reduce("mean", tuple(c.axis(d) for d in spatial)), [x], names=[])
+        c.set(node, [*dims[:-nd], *([None] * nd)], recorded=True)
+        flat = next(iter(node.users)) if len(node.users) == 1 else None
+        views = ("aten.flatten", "aten.view", "aten.reshape")
+        # a flatten dropping the size-1 dims (a ResNet's head) reads the same value
+        if flat is not None and c.aten(flat) in views and c.shape(flat) == c.shape(node)[:-nd]:
+            c.alias(flat, node, list(dims[:-nd]))
+            c.done.add(flat.name)
+        return
+    kernel = tuple(n // o for n, o in zip(n_in, out, strict=True))
+    cur, lead, outs, offsets = _windows(c, node, x, kernel, kernel, (0,) * nd, (1,) * nd, 0.0)
+    c.op(node, L.Reduce("mean", tuple(c.axis(k) for k in offsets)), [cur], names=[])
+    c.set(node, [*lead, *outs], recorded=True)

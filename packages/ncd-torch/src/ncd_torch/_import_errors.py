@@ -28,8 +28,9 @@ ADVICE: dict[str, str] = {
     "it adds no partial window); 3-d and returned indices do not yet",
     "aten.avg_pool*": "average pooling imports in 1-d and 2-d (a windowed mean, "
     "count_include_pad=True or no padding); 3-d and divisor_override do not yet",
-    "aten.adaptive_*": "adaptive pooling is not supported yet: an output size that divides the "
-    "input is nn.AvgPool2d/MaxPool2d with kernel = stride = input // output",
+    "aten.adaptive_*": "adaptive average pooling imports in 1-d and 2-d where the output size "
+    "divides the input (kernel = stride = input // output); adaptive max pooling and other "
+    "sizes are not supported yet",
     "aten.batch_norm": "batch norm imports in eval mode with running statistics (call "
     "module.eval() before from_torch); training-mode statistics are not supported yet",
     "aten._native_batch_norm_legit*": "batch norm imports in eval mode with running "
