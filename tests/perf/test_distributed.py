@@ -51,3 +51,12 @@ def test_tensor_parallel_mlp_divides_flops_and_all_reduces() -> None:
     assert c.kind == "all-reduce" and float(c.bytes) == 2048 * 1024 * 4
     t = c.time(tp.machine)
     assert t == pytest.approx(14 * 2e-6 + 2 * 7 / 8 * 2048 * 1024 * 4 / 450e9)
+
+
+def test_data_parallel_divides_the_batch_and_moves_nothing_forward() -> None:
+    block = ncd.nn.transformer_block().over("batch")
+    block = block.bind(batch=8, seq=256, d_model=256, heads=4, d_head=64, d_ff=1024)
+    one = ncd_perf.cost(block, H100)
+    dp = ncd_perf.cost(block, H100.with_devices(8), parallel={"batch": 8})
+    assert float(dp.flops["matrix"]) * 8 == pytest.approx(float(one.flops["matrix"]))
+    assert not [c for k in dp.kernels for c in k.collectives]
