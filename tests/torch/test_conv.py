@@ -76,6 +76,19 @@ def test_conv2d_matches_torch(case: tuple[Any, ...]) -> None:
     np.testing.assert_allclose(exported, want, atol=1e-12)
 
 
+def test_conv3d_matches_torch() -> None:
+    torch.manual_seed(6)
+    w = torch.randn(6, 2, 3, 2, 3, dtype=torch.float64)  # groups 2: (out, in/groups, kd, kh, kw)
+    b = torch.randn(6, dtype=torch.float64)
+    x = torch.randn(2, 4, 5, 7, 1, dtype=torch.float64)
+    kw = {"stride": (2, 1, 1), "padding": (1, 0, 1), "dilation": (1, 2, 1), "groups": 2}
+    want = F.conv3d(x, w, b, **kw).numpy()
+    model = conv.conv3d(4, 6, (3, 2, 3), **kw).over(N)
+    ref, exported = _run_both(model, x, {"conv.weight": w, "conv.bias": b})
+    np.testing.assert_allclose(ref, want, atol=1e-12)
+    np.testing.assert_allclose(exported, want, atol=1e-12)
+
+
 # (c_in, c_out, kernel, length, stride, padding, output_padding, dilation, groups)
 CONV_T1D = [
     (3, 5, 3, 13, 1, 0, 0, 1, 1),
@@ -149,9 +162,26 @@ def _net1d_transposed() -> nn.Module:
     ).eval()
 
 
+def _net3d() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv3d(3, 5, 3, padding=1),
+        nn.BatchNorm3d(5),
+        nn.ReLU(),
+        nn.MaxPool3d(2),
+        nn.AdaptiveAvgPool3d(1),
+        nn.Flatten(),
+        nn.Linear(5, 3),
+    ).eval()
+
+
 @pytest.mark.parametrize(
     ("make", "shape"),
-    [(_net2d, (2, 3, 7, 13)), (_net1d, (2, 6, 29)), (_net1d_transposed, (2, 4, 13))],
+    [
+        (_net2d, (2, 3, 7, 13)),
+        (_net1d, (2, 6, 29)),
+        (_net1d_transposed, (2, 4, 13)),
+        (_net3d, (2, 3, 4, 6, 5)),
+    ],
 )
 def test_a_conv_net_imports_and_matches_torch(make: Any, shape: tuple[int, ...]) -> None:
     torch.manual_seed(2)

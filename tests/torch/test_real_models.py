@@ -356,11 +356,11 @@ def test_a_conv_net_with_batch_norm_imports_and_matches_torch():
         np.testing.assert_allclose(back(x).numpy(), want, atol=1e-5)
 
 
-class Conv3dNet(nn.Module):
+class TransposedNet(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.conv1, self.conv2 = nn.Conv3d(3, 4, 3), nn.Conv3d(4, 4, 1)
-        self.pool = nn.AdaptiveAvgPool3d(1)
+        self.conv1, self.conv2 = nn.ConvTranspose2d(3, 4, 3), nn.ConvTranspose2d(4, 4, 1)
+        self.pool = nn.AdaptiveMaxPool2d(1)
         self.fc = nn.Linear(4, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -370,18 +370,18 @@ class Conv3dNet(nn.Module):
 
 def test_a_conv_net_gives_one_short_error_naming_every_unsupported_module():
     with pytest.raises(TorchImportError) as info:
-        from_torch(Conv3dNet().eval(), (torch.randn(2, 3, 5, 5, 5),))
+        from_torch(TransposedNet().eval(), (torch.randn(2, 3, 5, 5),))
     message = str(info.value)
     assert len(message.splitlines()) < 20
     assert isinstance(info.value, ncd.NcdError)
-    assert "conv1, conv2 (Conv3d)" in message and "pool (AdaptiveAvgPool3d)" in message
+    assert "conv1, conv2 (ConvTranspose2d)" in message and "pool (AdaptiveMaxPool2d)" in message
     assert "test_real_models.py:" in message
     assert "torch/nn/modules/conv.py:" in message  # the frame inside torch's own module
-    assert "3-d and 2-d transposed ones do not yet" in message
-    assert "adaptive average pooling imports in 1-d and 2-d" in message
+    assert "2-d and 3-d transposed ones do not yet" in message
+    assert "adaptive max pooling and other sizes are not supported yet" in message
     assert "supported_ops()" in message and "aten.linear" not in message
     ops = {p.op for p in info.value.problems}
-    assert ops == {"aten.conv3d", "aten.adaptive_avg_pool3d"}
+    assert ops == {"aten.conv_transpose2d", "aten.adaptive_max_pool2d"}
     assert {p.site.path for p in info.value.problems} == {"conv1", "conv2", "pool"}
 
 

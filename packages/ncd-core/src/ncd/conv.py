@@ -23,6 +23,7 @@ __all__ = [
     "batch_norm",
     "conv1d",
     "conv2d",
+    "conv3d",
     "conv_transpose1d",
     "max_pool1d",
     "max_pool2d",
@@ -183,6 +184,38 @@ def conv2d(
         _pair("conv2d: stride", stride, 2, 1),
         _pair("conv2d: padding", padding, 2, 0),
         _pair("conv2d: dilation", dilation, 2, 1),
+        groups,
+        bias,
+        name,
+    )
+
+
+def conv3d(
+    c_in: AxisArg = "c_in",
+    c_out: AxisArg = "c_out",
+    kernel_size: int | Sequence[int] = 3,
+    *,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    bias: bool = True,
+    depth: AxisArg = "d",
+    height: AxisArg = "h",
+    width: AxisArg = "w",
+    name: str = "conv",
+) -> Term:
+    """``torch.nn.Conv3d``: ``[c_in d h w] -> [c_out d_out h_out w_out]``, the weight ``(c_out,
+    c_in/groups, kd, kh, kw)``: three windows then one einsum (plus the bias)."""
+    return _conv(
+        "conv3d",
+        c_in,
+        c_out,
+        [(depth, None, "d"), (height, None, "h"), (width, None, "w")],
+        _pair("conv3d: kernel_size", kernel_size, 3, 1),
+        _pair("conv3d: stride", stride, 3, 1),
+        _pair("conv3d: padding", padding, 3, 0),
+        _pair("conv3d: dilation", dilation, 3, 1),
         groups,
         bias,
         name,

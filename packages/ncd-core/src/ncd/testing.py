@@ -340,6 +340,10 @@ def _window_cases() -> list[Case]:
         )
         return c.over(_a("b", 2))
 
+    def conv3d(ci: int, co: int, d: int, h: int, w: int, g: int) -> Term:
+        c = conv.conv3d(ci, co, (3, 2, 3), stride=(2, 1, 1), padding=(1, 0, 1), groups=g)
+        return c.over(_a("b", 2)).bind(d=d, h=h, w=w)
+
     def conv_bn_relu(ci: int, co: int, h: int, w: int) -> Term:
         c = Axis("c_out", size=co)
         t = conv.conv2d(ci, c, 3, padding=1, height=h, width=w) >> conv.batch_norm(c)
@@ -362,6 +366,7 @@ def _window_cases() -> list[Case]:
         Case("conv2d_6_10_s2_p1_d2_g2", P(conv2d, 6, 10, 3, 13, 7, 2, 1, 2, 2)),
         Case("conv2d_1x1_1", P(conv2d, 1, 1, 1, 1, 1, 1, 0, 1, 1)),
         Case("conv2d_batch_norm_relu_5_13", P(conv_bn_relu, 5, 13, 7, 13)),
+        Case("conv3d_4_6_g2_5x7x1", P(conv3d, 4, 6, 5, 7, 1, 2)),
         Case("conv_transpose1d_3_5_k3_13", P(conv_t1d, 3, 5, 3, 13, 1, 0, 0, 1, 1)),
         Case("conv_transpose1d_6_10_s2_p1_op1_d2_g2", P(conv_t1d, 6, 10, 3, 13, 2, 1, 1, 2, 2)),
         Case("conv_transpose1d_1_1_k1_1", P(conv_t1d, 1, 1, 1, 1, 1, 0, 0, 1, 1)),

@@ -1,8 +1,9 @@
-"""Import rules for convolution and pooling (``aten.conv1d/2d``, ``aten.conv_transpose1d``,
-``aten.max_pool1d/2d``, ``aten.avg_pool1d/2d``): each spatial dim becomes an ``ops.window``
-(positions x offsets), a convolution then one einsum with the weight (kept in PyTorch's
-layout, so the checkpoint loads as it is) and a pooling one reduction over the offsets; and
-eval-mode ``aten.batch_norm``, one ``BatchNorm`` over the channel dim."""
+"""Import rules for convolution and pooling (``aten.conv1d/2d/3d``, ``aten.conv_transpose1d``,
+``aten.max_pool1d/2d/3d``, ``aten.avg_pool1d/2d/3d``, ``aten.adaptive_avg_pool*``): each
+spatial dim becomes an ``ops.window`` (positions x offsets), a convolution then one einsum
+with the weight (kept in PyTorch's layout, so the checkpoint loads as it is) and a pooling one
+reduction over the offsets; and eval-mode ``aten.batch_norm``, one ``BatchNorm`` over the
+channel dim."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__: list[str] = []
 
-_SPATIAL = {1: ("l",), 2: ("h", "w")}
+_SPATIAL = {1: ("l",), 2: ("h", "w"), 3: ("d", "h", "w")}
 
 
 def _arg(node: Any, k: int, name: str, default: Any) -> Any:
@@ -160,6 +161,11 @@ def _conv2d(c: Capture, node: Any) -> None:
     _conv(c, node, 2)
 
 
+@import_rule("aten.conv3d")
+def _conv3d(c: Capture, node: Any) -> None:
+    _conv(c, node, 3)
+
+
 @import_rule("aten.conv_transpose1d")
 def _conv_transpose1d(c: Capture, node: Any) -> None:
     """``conv_transpose1d(x, weight, bias, stride, padding, output_padding, groups, dilation)``:
@@ -273,6 +279,16 @@ def _avg_pool2d(c: Capture, node: Any) -> None:
     _pool(c, node, 2, "mean")
 
 
+@import_rule("aten.max_pool3d")
+def _max_pool3d(c: Capture, node: Any) -> None:
+    _pool(c, node, 3, "max")
+
+
+@import_rule("aten.avg_pool3d")
+def _avg_pool3d(c: Capture, node: Any) -> None:
+    _pool(c, node, 3, "mean")
+
+
 @import_rule("aten.batch_norm")
 def _batch_norm(c: Capture, node: Any) -> None:
     """``batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)`` in
@@ -305,11 +321,11 @@ def _batch_norm(c: Capture, node: Any) -> None:
     c.set(node, list(dims), recorded=True)
 
 
-@import_rule("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d")
+@import_rule("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d", "aten.adaptive_avg_pool3d")
 def _adaptive_avg_pool(c: Capture, node: Any) -> None:
     """Adaptive average pooling to an output size that divides the input (a ResNet's global
     pooling, output 1): windows with kernel = stride = input // output, then their mean."""
-    nd = 1 if c.aten(node).endswith("1d") else 2
+    nd = int(c.aten(node)[-2])
     x = c.plain(node.args[0])
     out = _ints(node.args[1], nd, ())
     n_in = c.shape(node.args[0])[-nd:]

@@ -19,18 +19,19 @@ __all__ = ["ADVICE", "Problem", "Site", "advice", "report", "supported_ops"]
 
 #: ATen op name (or a prefix of it ending in ``*``) -> why it does not import and what to do.
 ADVICE: dict[str, str] = {
-    "aten.conv*": "convolution imports in 1-d and 2-d and transposed in 1-d (nn.Conv1d/Conv2d/"
-    "ConvTranspose1d: windows then an einsum, with stride, int padding, dilation, groups, bias); "
-    "3-d and 2-d transposed ones do not yet: build them with ncd.ops.window and ncd.ops.einsum",
+    "aten.conv*": "convolution imports in 1-d, 2-d and 3-d and transposed in 1-d (nn.Conv1d/2d/"
+    "3d/ConvTranspose1d: windows then an einsum, with stride, int padding, dilation, groups, "
+    "bias); 2-d and 3-d transposed ones do not yet: build them with ncd.ops.window (upsample, "
+    "reverse) and ncd.ops.einsum",
     "aten.cudnn_convolution*": "export the model on the CPU: aten.conv1d/conv2d import (windows "
     "then an einsum)",
-    "aten.max_pool*": "max pooling imports in 1-d and 2-d (a windowed max; ceil_mode only where "
-    "it adds no partial window); 3-d and returned indices do not yet",
-    "aten.avg_pool*": "average pooling imports in 1-d and 2-d (a windowed mean, "
-    "count_include_pad=True or no padding); 3-d and divisor_override do not yet",
-    "aten.adaptive_*": "adaptive average pooling imports in 1-d and 2-d where the output size "
-    "divides the input (kernel = stride = input // output); adaptive max pooling and other "
-    "sizes are not supported yet",
+    "aten.max_pool*": "max pooling imports in 1-d, 2-d and 3-d (a windowed max; ceil_mode only "
+    "where it adds no partial window); returned indices do not yet",
+    "aten.avg_pool*": "average pooling imports in 1-d, 2-d and 3-d (a windowed mean, "
+    "count_include_pad=True or no padding); divisor_override does not yet",
+    "aten.adaptive_*": "adaptive average pooling imports where the output size divides the input "
+    "(kernel = stride = input // output); adaptive max pooling and other sizes are not "
+    "supported yet",
     "aten.batch_norm": "batch norm imports in eval mode with running statistics (call "
     "module.eval() before from_torch); training-mode statistics are not supported yet",
     "aten._native_batch_norm_legit*": "batch norm imports in eval mode with running "
