@@ -94,8 +94,41 @@ def test_the_build_renders_the_cuda_plan() -> None:
     assert b.plan.target == "cuda"
     assert [k.name for k in b.plan.kernels] == [s.kernel.name for s in b.launches]
     assert any(p.kind == "stream" and p.tile == 16 for p in b.plan.kernels[0].choices)
-    with pytest.raises(ScheduleError, match="tiles"):
-        ncd_cuda.generate.cuda_plan(att.graph, tiles={"x": 32})
+    # the streamed attention takes its key chunk from the plan
+    chunked = ncd.plan(att, target="cuda", tiles={("x", 0): 32})
+    assert "stream(x/32@L0)" in {str(p) for p in chunked.kernels[0].choices}
+    with pytest.raises(ScheduleError, match="key chunk"):
+        ncd.plan(att, target="cuda", tiles={("x", 0): 128})
+
+
+@pytest.mark.parametrize(("bm", "bn"), [(128, 32), (32, 64), (16, 16), (128, 128)])
+def test_the_cuda_core_matmul_takes_its_block_tile_from_the_plan(bm: int, bn: int) -> None:
+    mm = ops.einsum("a b, b c -> a c").bind(a=130, b=40, c=300)
+    plan = ncd.plan(mm, target="cuda", tiles={("a", 0): bm, ("c", 0): bn})
+    (k,) = ncd_cuda.build(mm, arch="sm_90", plan=plan).kernels
+    threads = (bm // 4) * (bn // 4)
+    assert k.style == "simt" and f"__launch_bounds__({threads})" in k.source
+    assert k.resources.spill_stores == 0 and k.resources.registers <= 64
+
+
+@pytest.mark.parametrize(
+    ("tiles", "match"),
+    [
+        ({("a", 0): 6}, "multiples of 4"),
+        ({("a", 1): 2}, "per thread"),
+        ({("a", 0): 128, ("c", 0): 256}, "at most 1024"),
+    ],
+)
+def test_tiles_the_cuda_core_matmul_cannot_render_are_refused(tiles: dict, match: str) -> None:
+    mm = ops.einsum("a b, b c -> a c").bind(a=130, b=40, c=300)
+    with pytest.raises(ScheduleError, match=match):
+        ncd.plan(mm, target="cuda", tiles=tiles)
+
+
+def test_tensor_core_tiles_are_fixed() -> None:
+    mm = ops.einsum("a b, b c -> a c").bind(a=130, b=40, c=300).cast(ncd.bfloat16)
+    with pytest.raises(ScheduleError, match="mma template renders its own tiles"):
+        ncd.plan(mm, target="cuda", tiles={("a", 0): 128})
 
 
 def test_unknown_arch_is_refused_before_any_work() -> None:

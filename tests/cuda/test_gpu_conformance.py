@@ -101,6 +101,17 @@ def test_linear_on_cuda_cores(s: int, d: int, e: int, wide: Any) -> None:
     check(model, wide, contraction(d))
 
 
+@pytest.mark.parametrize("tiles", [{("a", 0): 128, ("c", 0): 32}, {("a", 0): 16, ("c", 0): 64}])
+def test_cuda_core_matmul_with_the_plans_block_tile(tiles: dict) -> None:
+    model = ops.einsum("a b, b c -> a c").bind(a=130, b=40, c=77)
+    plan = ncd.plan(model, target="cuda", tiles=tiles)
+    rng = np.random.default_rng(6)
+    x, y = rng.standard_normal((130, 40)), rng.standard_normal((40, 77))
+    x, y = x.astype(np.float32), y.astype(np.float32)
+    got = ncd.compile(model, "cuda", device=DEVICE, plan=plan)(x, y)
+    np.testing.assert_allclose(got, ncd.run(model, x, y), rtol=1e-5, atol=1e-5)
+
+
 def test_linear_on_cuda_cores_with_free_rows() -> None:
     model = ops.linear("d", "e").over("s").bind(d=24, e=40)
     exe = ncd.compile(model, "cuda", device=DEVICE)

@@ -48,23 +48,50 @@ def cuda_plan(graph: Graph, tiles: Mapping[Any, int] | None = None) -> FusionPla
     splits core's ``plan_for`` makes (a plain-sum stream and sibling maps become matmuls, each
     a tensor-core tile in 16-bit formats), the templates' tiles as choices: the tensor-core
     attention's (64 keys a chunk, 64 query rows a block, 16 a warp), else the streamed
-    attention's (16 keys, 1 row per thread, 128 rows a block), and the tensor-core matmul's
-    (64 x 64 a block at level 0, 32 x 32 a warp at level 1)."""
+    attention's (16 keys, 1 row per thread, 128 rows a block), the tensor-core matmul's
+    (64 x 64 a block at level 0, 32 x 32 a warp at level 1) and the CUDA-core matmul's (64 x 64
+    a block, 4 x 4 a thread). ``tiles=`` (``ncd.planning.apply_tiles``) may set the CUDA-core
+    matmul's block tile and the streamed attention's key chunk; other changes are refused."""
     from ncd.codegen.plans import plan_for
+    from ncd.planning import apply_tiles
 
-    if tiles:
-        raise ScheduleError(
-            "ncd-cuda's templates choose their own tiles (the tensor-core matmul: 64x64 blocks of "
-            "4 warps; the streamed attention: one thread per query row); tiles= is not taken yet. "
-            "Fix: drop tiles=, or use target='opencl' to experiment with tiles."
-        )
     base = plan_for(graph)
     layouts, rules = choose_layouts(base), target_rules("cuda")
-    kernels = []
+    kernels, styles = [], []
     for k in base.kernels:
-        made, _ = _planned(k, layouts, rules)
+        made, style = _planned(k, layouts, rules)
         kernels.append(k.with_choices(made) if made else k)
-    return FusionPlan(graph, kernels, base.boundaries, target="cuda")
+        styles.append(style)
+    plan = FusionPlan(graph, kernels, base.boundaries, target="cuda")
+    if not tiles:
+        return plan
+    tiled = apply_tiles(plan, tiles)
+    for default, k, style in zip(plan.kernels, tiled.kernels, styles, strict=True):
+        if set(k.choices) != set(default.choices):
+            _check_tiles(k, default, style, layouts, rules)
+    return tiled
+
+
+def _check_tiles(k: Any, default: Any, style: str, layouts: Any, rules: Any) -> None:
+    """What ``tiles=`` may change on CUDA: the CUDA-core matmul's block tile and the streamed
+    attention's key chunk; the tensor-core templates' tiles are fixed (their warp layout is)."""
+    from ncd_cuda.simt import check_tiles
+
+    if style == "simt":
+        check_tiles(k, KernelGen(k, CUDA, rules, layouts))
+        return
+    changed = set(k.choices) - set(default.choices)
+    if style == "streamed" and all(p.kind == "stream" and p.level == 0 for p in changed):
+        chunk = next(p.tile for p in changed)
+        if isinstance(chunk, int) and 1 <= chunk <= 64:
+            return
+    shown = ", ".join(str(p) for p in sorted(changed, key=str))
+    raise ScheduleError(
+        f"kernel {k.name}: tiles= asks for {shown}; ncd-cuda's {style or 'pointwise'} "
+        "template renders its own tiles there (the tensor-core templates' warp layout is fixed; "
+        "the streamed attention takes a key chunk of 1 to 64 at level 0, the CUDA-core matmul "
+        "a block tile). Fix: drop those tiles."
+    )
 
 
 def _planned(
@@ -95,12 +122,18 @@ def templates() -> list[Any]:
 
 def generate(graph: Graph, *, plan: FusionPlan | None = None, wide: bool = False) -> Generated:
     """Render ``plan`` (default ``cuda_plan(graph)``) as CUDA C. ``wide``: 64-bit indices."""
+    layouts, rules = None, target_rules("cuda")
     if plan is None:
         plan = cuda_plan(graph)
     else:
         check_given_plan(plan, graph, "cuda")
-    layouts = choose_layouts(plan)
-    rules, tpl = target_rules("cuda"), templates()
+        layouts = choose_layouts(plan)
+        for k in plan.kernels:  # a plan made by hand: its tiles checked as cuda_plan checks them
+            made, style = _planned(k, layouts, rules)
+            if set(k.choices) != set(made):
+                _check_tiles(k, attrs.evolve(k, choices=tuple(made)), style, layouts, rules)
+    layouts = choose_layouts(plan) if layouts is None else layouts
+    tpl = templates()
     kernels = [render_kernel(k, CUDA, rules, layouts, tpl, wide) for k in plan.kernels]
     return Generated(graph, _rendered(plan, kernels), assemble(kernels), layouts, program_preamble)
 

@@ -28,11 +28,13 @@ from ncd.codegen.plans import spread_tile
 from ncd.kernel import Partition
 from ncd_cuda.mma import contraction_operands, epilogue, stage
 
-__all__ = ["simt_choices", "simt_template"]
+__all__ = ["block_tile", "check_tiles", "simt_choices", "simt_template"]
 
-BM, BN, BK = 64, 64, 16  # block tile: rows, columns, contracted elements per chunk
+BM, BN, BK = 64, 64, 16  # default block tile: rows, columns; contracted elements per chunk
 TM, TN = 4, 4  # outputs per thread along rows and columns
-THREADS = (BM // TM) * (BN // TN)  # 256
+THREADS = (BM // TM) * (BN // TN)  # 256 at the default tile
+MAX_THREADS = 1024  # a block's threads on every GPU since sm_20
+MAX_BLOCK = 256  # rows or columns of a block tile (the shared tiles stay under 48 KB)
 FORMATS = ("float32", "float64")
 UNROLL = "#pragma unroll\n"
 #: names the template writes literally, reserved before anything else is named
@@ -80,19 +82,21 @@ def simt_template(gen: KernelGen) -> KernelSource | None:
     w, d = gen.w, gen.dialect
     msz, nsz, kdim = (math.prod(gen.size(a) for a in axes) for axes in (m_axes, n_axes, k_axes))
     ct = gen.ctype
-    tiles_n = ceil_div(nsz, BN)
-    tiles = ceil_div(msz, BM) * tiles_n
-    w.line(f"__shared__ {ct} as[{BK}][{BM + 1}];")
-    w.line(f"__shared__ {ct} bs[{BK}][{BN + 1}];")
+    bm, bn = block_tile(gen.kernel, m_axes, n_axes)  # the plan's (ncd.plan tiles=), else 64 x 64
+    threads = (bm // TM) * (bn // TN)
+    tiles_n = ceil_div(nsz, bn)
+    tiles = ceil_div(msz, bm) * tiles_n
+    w.line(f"__shared__ {ct} as[{BK}][{bm + 1}];")
+    w.line(f"__shared__ {ct} bs[{BK}][{bn + 1}];")
     w.line("const int tile = blockIdx.x;")
-    w.line(f"const int m0 = (tile / {tiles_n}) * {BM}, n0 = (tile % {tiles_n}) * {BN};")
-    w.line(f"const int tx = threadIdx.x % {BN // TN}, ty = threadIdx.x / {BN // TN};")
+    w.line(f"const int m0 = (tile / {tiles_n}) * {bm}, n0 = (tile % {tiles_n}) * {bn};")
+    w.line(f"const int tx = threadIdx.x % {bn // TN}, ty = threadIdx.x / {bn // TN};")
     w.line(f"{ct} acc[{TM * TN}];")
     w.line(f"for (int r = 0; r < {TM * TN}; ++r) acc[r] = {gen.lit(0.0)};")
     with w.block(f"for (int k0 = 0; k0 < {kdim}; k0 += {BK})", "k0"):
         for tile, buf, axes, first, rows, block in (
-            ("as", a_buf, m_axes, "m0", msz, BM),
-            ("bs", b_buf, n_axes, "n0", nsz, BN),
+            ("as", a_buf, m_axes, "m0", msz, bm),
+            ("bs", b_buf, n_axes, "n0", nsz, bn),
         ):
             stage(
                 gen,
@@ -102,7 +106,7 @@ def simt_template(gen: KernelGen) -> KernelSource | None:
                 k_axes,
                 first,
                 (rows, kdim),
-                (block, BK, THREADS),
+                (block, BK, threads),
                 value=lambda addr, buf=buf: d.load(buf.dtype, buf.name, addr),
                 k_major=True,
             )
@@ -110,14 +114,60 @@ def simt_template(gen: KernelGen) -> KernelSource | None:
         with w.block(f"{UNROLL}for (int kk = 0; kk < {BK}; ++kk)", "kk"):
             w.line(f"{ct} av[{TM}], bv[{TN}];")
             with w.block(f"{UNROLL}for (int i = 0; i < {TM}; ++i)", "i"):
-                w.line(f"av[i] = as[kk][ty + {BM // TM} * i];")
+                w.line(f"av[i] = as[kk][ty + {bm // TM} * i];")
             with w.block(f"{UNROLL}for (int j = 0; j < {TN}; ++j)", "j"):
-                w.line(f"bv[j] = bs[kk][tx + {BN // TN} * j];")
+                w.line(f"bv[j] = bs[kk][tx + {bn // TN} * j];")
             with w.block(f"{UNROLL}for (int q = 0; q < {TM * TN}; ++q)", "q"):
                 w.line(f"acc[q] += av[q / {TN}] * bv[q % {TN}];")
         w.line("__syncthreads();")
-    # accumulator r is row m0 + ty + 16 (r / 4), column n0 + tx + 16 (r % 4) of C
-    gm = f"(m0 + ty + {BM // TM} * (r / {TN}))"
-    gn = f"(n0 + tx + {BN // TN} * (r % {TN}))"
+    # accumulator r is row m0 + ty + (bm / 4) (r / 4), column n0 + tx + (bn / 4) (r % 4) of C
+    gm = f"(m0 + ty + {bm // TM} * (r / {TN}))"
+    gn = f"(n0 + tx + {bn // TN} * (r % {TN}))"
     epilogue(gen, found, "acc", TM * TN, (gm, gn), (msz, nsz))
-    return gen.source((tiles * THREADS,), (THREADS,), "simt")
+    return gen.source((tiles * threads,), (threads,), "simt")
+
+
+def block_tile(kernel: Any, m_axes: Any, n_axes: Any) -> tuple[int, int]:
+    """The block tile (rows, columns) of C: the plan's level-0 choices over the flattened row
+    and column axes, else ``BM x BN``."""
+    from ncd.codegen.plans import flat_tile
+
+    bm = flat_tile(kernel, m_axes, 0, BM)
+    bn = flat_tile(kernel, n_axes, 0, BN)
+    return (BM if bm is None else bm), (BN if bn is None else bn)
+
+
+def check_tiles(kernel: Any, gen: KernelGen) -> None:
+    """``ScheduleError`` unless the kernel's chosen tiles are ones the template renders: 4 x 4
+    outputs per thread (level 1) and a block tile (level 0) of multiples of 4 up to
+    ``MAX_BLOCK`` rows and columns, at most ``MAX_THREADS`` threads."""
+    from ncd.codegen.plans import flat_tile
+    from ncd.errors import ScheduleError
+
+    found = _operands(gen)
+    if found is None:
+        return
+    _, _, m_axes, _, n_axes, _, _ = found
+    for axes, per, what in ((m_axes, TM, "rows"), (n_axes, TN, "columns")):
+        names = ", ".join(a.describe() for a in axes)
+        t1 = flat_tile(kernel, axes, 1, per)
+        if t1 is not None and t1 != per:
+            raise ScheduleError(
+                f"kernel {kernel.name}: {t1} {what} per thread over ({names}); ncd-cuda's "
+                f"CUDA-core matmul computes {TM} x {TN} outputs per thread only. Fix: leave the "
+                f"level-1 tile at {per}, or tile level 0 (the block)."
+            )
+        t0 = flat_tile(kernel, axes, 0, 64)
+        if t0 is not None and (t0 % per or not per <= t0 <= MAX_BLOCK):
+            raise ScheduleError(
+                f"kernel {kernel.name}: a block tile of {t0} {what} over ({names}); the "
+                f"CUDA-core matmul takes multiples of {per} from {per} to {MAX_BLOCK}. Fix: "
+                f"e.g. 32, 64 or 128."
+            )
+    bm, bn = block_tile(kernel, m_axes, n_axes)
+    if (bm // TM) * (bn // TN) > MAX_THREADS:
+        raise ScheduleError(
+            f"kernel {kernel.name}: a {bm} x {bn} block tile takes "
+            f"{(bm // TM) * (bn // TN)} threads ({TM} x {TN} outputs each); a block holds at "
+            f"most {MAX_THREADS}. Fix: a smaller block tile, e.g. 128 x 128."
+        )

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ncd.axis import Axis
-from ncd.codegen.plans import spread_tile
+from ncd.codegen.plans import flat_tile, spread_tile
 from ncd.errors import ScheduleError
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan, Kernel, Partition
@@ -150,34 +150,6 @@ def _matmul_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[
     for axes, per_item, per_group in ((m_axes, RM, RM * WG_M), (n_axes, RN, RN * WG_N)):
         out += spread_tile(g, axes, per_group, 0) + spread_tile(g, axes, per_item, 1)
     return out
-
-
-def flat_tile(
-    kernel: Kernel, axes: Sequence[Axis], level: int, default: int | None = None
-) -> int | None:
-    """The chosen tile of ``axes`` flattened row-major at ``level`` (``None``: none chosen;
-    ``default`` when the choices are ``default`` spread by ``spread_tile``, which a run that is no
-    product of per-axis tiles, 16 indices of (1, 7), only approximates); ``ScheduleError``
-    when the per-axis tiles are no run of consecutive flat indices."""
-    g = kernel.graph
-    tiles = [kernel.chosen(a, level) for a in axes]
-    if all(t is None for t in tiles):
-        return None
-    if default is not None and [p.tile for p in spread_tile(g, axes, default, level)] == tiles:
-        return default
-    got = [t or _size(g, a) for t, a in zip(tiles, axes, strict=True)]
-    for i, (t, a) in enumerate(zip(got, axes, strict=True)):
-        inner = list(zip(got[i + 1 :], axes[i + 1 :], strict=True))
-        if t > 1 and any(u != _size(g, b) for u, b in inner):
-            shown = ", ".join(f"{b.describe()}: {u}" for u, b in zip(got, axes, strict=True))
-            raise ScheduleError(
-                f"kernel {kernel.name}: the tiled matmul tiles the flattened index of "
-                f"({', '.join(b.ref for b in axes)}) at level {level}; the tiles {{{shown}}} are "
-                f"no run of consecutive indices ({a.ref} is cut while an inner axis is cut "
-                "too). Fix: tile only the innermost axis, or keep every axis inside a cut one "
-                "whole."
-            )
-    return math.prod(got)
 
 
 def work_group(

@@ -10,6 +10,7 @@ views, epilogues (bias, activation, residual add) of contractions and normaliser
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ncd.axis import Axis
@@ -19,7 +20,7 @@ from ncd.graph import Graph, Node
 from ncd.kernel import FusionPlan, Kernel, Partition, kernel_io, unfused
 from ncd.primitives import library as L
 
-__all__ = ["choose_layouts", "local_plan", "plan_for", "spread_tile"]
+__all__ = ["choose_layouts", "flat_tile", "local_plan", "plan_for", "spread_tile"]
 
 HEAVY = frozenset({"contraction", "reduction", "normaliser", "other"})
 STREAMABLE = (L.Softmax, L.L2Norm)
@@ -205,3 +206,38 @@ def spread_tile(g: Graph, axes: Sequence[Axis], flat: int, level: int) -> list[P
         out.append(Partition(a, "group", t, level))
         rest = -(-rest // size) if t == size else 1
     return out[::-1]
+
+
+def flat_tile(
+    kernel: Kernel, axes: Sequence[Axis], level: int, default: int | None = None
+) -> int | None:
+    """The chosen tile of ``axes`` flattened row-major at ``level`` (``None``: none chosen;
+    ``default`` when the choices are ``default`` spread by ``spread_tile``, which a run that is no
+    product of per-axis tiles, 16 indices of (1, 7), only approximates); ``ScheduleError``
+    when the per-axis tiles are no run of consecutive flat indices."""
+    g = kernel.graph
+    tiles = [kernel.chosen(a, level) for a in axes]
+    if all(t is None for t in tiles):
+        return None
+    if default is not None and [p.tile for p in spread_tile(g, axes, default, level)] == tiles:
+        return default
+    got = [t or _bound(g, a) for t, a in zip(tiles, axes, strict=True)]
+    for i, (t, a) in enumerate(zip(got, axes, strict=True)):
+        inner = list(zip(got[i + 1 :], axes[i + 1 :], strict=True))
+        if t > 1 and any(u != _bound(g, b) for u, b in inner):
+            shown = ", ".join(f"{b.describe()}: {u}" for u, b in zip(got, axes, strict=True))
+            raise ScheduleError(
+                f"kernel {kernel.name}: the matmul tiles the flattened index of "
+                f"({', '.join(b.ref for b in axes)}) at level {level}; the tiles {{{shown}}} are "
+                f"no run of consecutive indices ({a.ref} is cut while an inner axis is cut "
+                "too). Fix: tile only the innermost axis, or keep every axis inside a cut one "
+                "whole."
+            )
+    return math.prod(got)
+
+
+def _bound(g: Graph, a: Axis) -> int:
+    n = g.size(a)
+    if n is None:
+        raise ScheduleError(f"axis {a.describe()} has no size; bind it before planning tiles")
+    return n
