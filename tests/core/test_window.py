@@ -248,3 +248,14 @@ def test_conv_transpose1d_refuses_what_torch_refuses() -> None:
         conv.conv_transpose1d(3, 3, 3, stride=2, output_padding=2)
     with pytest.raises(DefinitionError, match="padding 3 is more than dilation"):
         conv.conv_transpose1d(3, 3, 3, padding=3)
+
+
+def test_a_negative_extra_pads_the_end_less() -> None:
+    x = np.arange(5.0)[None, :]
+    w = ops.window("l", "o", "j", j=1, padding=2, extra=-1, fill=0.5)  # F.pad(x, (2, 1), 0.5)
+    np.testing.assert_array_equal(
+        ncd.run(w.over(ncd.Axis("c", size=1)), x)[..., 0],
+        [[0.5, 0.5, 0.0, 1.0, 2.0, 3.0, 4.0, 0.5]],
+    )
+    with pytest.raises(DefinitionError, match="extra -3 would cut into the input"):
+        ops.window("l", "o", "j", j=1, padding=2, extra=-3)

@@ -349,3 +349,40 @@ def _adaptive_avg_pool(c: Capture, node: Any) -> None:
     cur, lead, outs, offsets = _windows(c, node, x, kernel, kernel, (0,) * nd, (1,) * nd, 0.0)
     c.op(node, L.Reduce("mean", tuple(c.axis(k) for k in offsets)), [cur], names=[])
     c.set(node, [*lead, *outs], recorded=True)
+
+
+@import_rule("aten.pad", "aten.constant_pad_nd")
+def _pad(c: Capture, node: Any) -> None:
+    """``F.pad(x, (l, r, ...), value=v)`` in constant mode: per padded dim a window of one
+    offset padded by ``l`` (``extra = r - l`` at the end, ``fill = v``), the offset summed away."""
+    x = c.plain(node.args[0])
+    pads = [int(p) for p in node.args[1]]
+    mode = _arg(node, 2, "mode", "constant") if c.aten(node) == "aten.pad" else "constant"
+    if mode != "constant":
+        raise c.unsupported(node, f"mode={mode!r} (constant padding imports)")
+    value = _arg(node, 3 if c.aten(node) == "aten.pad" else 2, "value", 0.0)
+    value = 0.0 if value is None else float(value)
+    if any(p < 0 for p in pads):
+        raise c.unsupported(node, "negative padding (a crop)")
+    dims = list(c.dims[x])
+    shape = c.shape(node)
+    cur = x
+    for i in range(len(pads) // 2):
+        left, right = pads[2 * i], pads[2 * i + 1]
+        pos = len(dims) - 1 - i
+        d = dims[pos]
+        if not isinstance(d, int):
+            raise c.unsupported(node, "padding a broadcast or folded dim")
+        if left == right == 0:
+            continue
+        o = c.axes.new(shape[pos], c.axes.name(d), 0.1)
+        one = c.axes.new(1, "k_pad", 1)
+        # padded by ``left`` at both ends, then ``right - left`` more (or less) at the end
+        op = L.Window(c.axis(d), c.axis(o), c.axis(one), 1, left, 1, value, 1, right - left)
+        cur = c.op(node, op, [cur], names=[])
+        cur = c.op(node, L.Reduce("sum", (c.axis(one),)), [cur], names=[])
+        dims[pos] = o
+    if cur == x:
+        c.alias(node, x)
+        return
+    c.set(node, dims, recorded=True)

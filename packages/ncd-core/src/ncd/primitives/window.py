@@ -39,6 +39,11 @@ def _check_fill(instance: Any, attribute: Any, value: Any) -> None:
         )
 
 
+def _check_extra(instance: Any, attribute: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DefinitionError(f"window: extra must be an int, got {show(value)}. Fix: pass one.")
+
+
 @register_op
 @attrs.frozen
 class Window(Op):
@@ -57,10 +62,11 @@ class Window(Op):
     dilation: int = count_field(1)
     fill: float = attrs.field(default=0.0, converter=_as_fill, validator=_check_fill)
     #: input elements ``upsample`` apart, ``fill`` between them (a transposed convolution's
-    #: stride), ``extra`` more padding at the end (its output padding), and the offsets read
-    #: in reverse, ``j -> |k| - 1 - j`` (its kernel flip, so the weight keeps torch's layout)
+    #: stride), ``extra`` more padding at the end (its output padding; negative, down to
+    #: ``-padding``: less at the end, as ``F.pad(x, (2, 1))``), and the offsets read in
+    #: reverse, ``j -> |k| - 1 - j`` (its kernel flip, so the weight keeps torch's layout)
     upsample: int = count_field(1)
-    extra: int = count_field(0, low=0)
+    extra: int = attrs.field(default=0, validator=_check_extra)
     reverse: bool = flag_field(False)
 
     def __attrs_post_init__(self) -> None:
@@ -69,6 +75,11 @@ class Window(Op):
                 f"window: the input {self.axis.describe()}, the positions {self.out.describe()} "
                 f"and the offsets {self.k.describe()} must be three different axes. Fix: name "
                 "new axes for the positions and offsets, e.g. ops.window('l', 'l_out', 'k', k=3)."
+            )
+        if self.extra < -self.padding:
+            raise DefinitionError(
+                f"window: extra {self.extra} would cut into the input (padding "
+                f"{self.padding} at each end). Fix: pass extra >= -padding."
             )
         n, k = self.axis.size, self.k.size
         if isinstance(n, int) and isinstance(k, int):
