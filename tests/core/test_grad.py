@@ -599,3 +599,21 @@ def test_a_gradient_model_of_free_sizes_binds_later() -> None:
     loss_b, grads_b = ncd.run(ncd.grad(bound), toks, toks, params=params)
     assert loss == loss_b
     assert all(np.array_equal(grads[k], grads_b[k]) for k in grads)
+
+
+def test_a_loss_lifted_after_composition_loops_over_the_lifted_axis() -> None:
+    """``(gpt >> cross_entropy()).over(batch)``: the batch axis is a loop axis of the loss (one
+    loss per index, as running each instance alone gives), not an axis it averages over twice
+    (it once failed to build: the targets gained the lifted axis twice)."""
+    gpt = nn.gpt(layers=1).bind(seq=7, d_model=16, heads=2, d_head=8, d_ff=32, vocab=13)
+    batch = ncd.Axis("batch", size=3)
+    lifted = (gpt >> nn.cross_entropy()).over(batch)
+    params = ncd.init(lifted, seed=0)
+    rng = np.random.default_rng(0)
+    toks, tgts = rng.integers(0, 13, (3, 7)), rng.integers(0, 13, (3, 7))
+    per = ncd.run(lifted, toks, tgts, params=params)
+    one = gpt >> nn.cross_entropy()
+    want = [float(ncd.run(one, toks[i], tgts[i], params=params)) for i in range(3)]
+    np.testing.assert_allclose(per, want, rtol=1e-6)
+    mean = ncd.run(gpt.over(batch) >> nn.cross_entropy(), toks, tgts, params=params)
+    np.testing.assert_allclose(mean, np.mean(want), rtol=1e-6)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ncd import ops
-from ncd._lower import Builder, Ref
+from ncd._lower import Builder, Hole, Ref
 from ncd._term import Term
 from ncd._trace import Tensor, trace
 from ncd.axis import ArrayType, Axis, show
@@ -290,10 +290,20 @@ class _Typed(Term):
         self.make = make
 
     def lower(self, b: Builder, ins: Sequence[Ref]) -> list[Ref]:
-        types = []
+        # Under ``.over(axes)`` an input whose type is still open is a hole lifted by those
+        # axes: they are loop axes of the term, not axes it reduces over. The term is made
+        # from its inputs' types without them (the lifted ops then loop over them), so
+        # ``(gpt >> nn.cross_entropy()).over(batch)`` gives a loss per batch index.
+        lifted = {b.resolve(a) for ref in ins if isinstance(ref, Hole) for a in ref.lift}
+        types: list[ArrayType | None] = []
         for ref in ins:
             v = b.value_of(ref)
-            types.append(None if v is None else b.values[v])
+            if v is None:
+                types.append(None)
+                continue
+            t = b.values[v]
+            keep = tuple(a for a in t.axes if b.resolve(a) not in lifted)
+            types.append(t if len(keep) == len(t.axes) else ArrayType(keep, t.dtype))
         return self.make(types).lower(b, ins)
 
 
