@@ -29,6 +29,7 @@ from ncd.dtypes import DType, float32
 from ncd.errors import NcdError
 from ncd.graph import Graph, Scope, as_graph
 from ncd.op import Op, registrar
+from ncd.primitives import indexing as X
 from ncd.primitives import library as L
 from ncd.sizes import Config
 from ncd.walk import rule_for
@@ -294,6 +295,12 @@ def _dropout(t: Tape, op: L.Dropout, xs: list[int]) -> list[int]:
 def _view(t: Tape, op: L.View, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     inverse = L.View(op.out_axes, op.in_axes, op.out_parts, op.in_parts, op.derived)
     return [t.one(inverse, cts[0])]
+
+
+@_vjp(X.Rotary)
+def _rotary(t: Tape, op: X.Rotary, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
+    # a rotation at each position: its transpose is the rotation by minus the angles
+    return [t.one(attrs.evolve(op, inverse=not op.inverse, name=""), cts[0])]
 
 
 @_vjp(L.Cast)

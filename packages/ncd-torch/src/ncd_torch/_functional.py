@@ -69,9 +69,10 @@ def concat(*xs: torch.Tensor) -> torch.Tensor:
     return torch.cat([x.expand(*lead, x.shape[-1]) for x in xs], dim=-1)
 
 
-def rotary(x: torch.Tensor, base: float) -> torch.Tensor:
+def rotary(x: torch.Tensor, base: float, inverse: bool = False) -> torch.Tensor:
     """Rotary position embedding over the last two dims ``[seq, d]`` (rotate-half layout):
-    ``x cos(t f) + rotate_half(x) sin(t f)``, ``f_j = base ** (-2 (j mod d/2) / d)``."""
+    ``x cos(t f) + rotate_half(x) sin(t f)``, ``f_j = base ** (-2 (j mod d/2) / d)``;
+    ``inverse``: minus the angles."""
     n, d = x.shape[-2], x.shape[-1]
     h = d // 2
     j = torch.arange(d, device=x.device, dtype=torch.float64) % h
@@ -79,7 +80,8 @@ def rotary(x: torch.Tensor, base: float) -> torch.Tensor:
     t = torch.arange(n, device=x.device, dtype=torch.float64)
     angles = t[:, None] * freqs[None, :]
     turned = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
-    return x * angles.cos().to(x.dtype) + turned * angles.sin().to(x.dtype)
+    sin = -angles.sin() if inverse else angles.sin()
+    return x * angles.cos().to(x.dtype) + turned * sin.to(x.dtype)
 
 
 def batch_norm(

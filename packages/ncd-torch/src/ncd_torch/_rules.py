@@ -290,6 +290,8 @@ def _concat(op: X.Concat, xs: list[Node], ps: dict[str, Node], em: Emitter) -> l
 
 @torch_rule(X.Rotary)
 def _rotary(op: X.Rotary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    if op.inverse:
+        return [em.call(fn.rotary, xs[0], op.base, True)]
     return [em.call(fn.rotary, xs[0], op.base)]
 
 

@@ -445,7 +445,8 @@ def _rotary(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
     x = _ins(gen, node, index)
     other = _ins(gen, node, {**index, op.d: partner})
     turned = gen.let(f"({low} ? -({other}) : ({other}))", "turn")
-    return f"(({x}) * {gen.fn('cos')}({angle}) + {turned} * {gen.fn('sin')}({angle}))"
+    sign = "-" if op.inverse else "+"  # the inverse rotation: minus the angles
+    return f"(({x}) * {gen.fn('cos')}({angle}) {sign} {turned} * {gen.fn('sin')}({angle}))"
 
 
 @codegen_rule(W.Window)

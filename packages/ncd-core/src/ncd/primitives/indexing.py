@@ -17,7 +17,16 @@ from ncd.axis import Axis
 from ncd.dtypes import DType
 from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DefinitionError, SizeError
-from ncd.op import Op, Signature, axes_field, axis_field, count_field, number_field, register_op
+from ncd.op import (
+    Op,
+    Signature,
+    axes_field,
+    axis_field,
+    count_field,
+    flag_field,
+    number_field,
+    register_op,
+)
 from ncd.reference import Context, reference_rule
 from ncd.streaming import ROLE_RULES
 
@@ -147,13 +156,16 @@ class Rotary(Op):
     of GPT-NeoX and Llama: with ``h = |d| / 2``, position ``t`` (the index along ``seq``) and
     ``f_j = base ** (-2 (j mod h) / |d|)``,
     ``y[t, j] = x[t, j] cos(t f_j) - x[t, j + h] sin(t f_j)`` for ``j < h`` and
-    ``y[t, j] = x[t, j] cos(t f_j) + x[t, j - h] sin(t f_j)`` for ``j >= h``."""
+    ``y[t, j] = x[t, j] cos(t f_j) + x[t, j - h] sin(t f_j)`` for ``j >= h``; ``inverse``: the
+    angles negated (the rotation's transpose, which is its gradient)."""
 
     kind: ClassVar[str] = "rotary"
     category: ClassVar[str] = "elementwise"
     seq: Axis = axis_field()
     d: Axis = axis_field()
     base: float = number_field(10000.0, low=1.0, fix="pass a base above 1, such as 10000.0")
+    #: rotate by minus the angles (the transpose and the inverse of the rotation: its gradient)
+    inverse: bool = flag_field(False)
 
     def __attrs_post_init__(self) -> None:
         if self.seq == self.d:
@@ -173,7 +185,7 @@ class Rotary(Op):
 
     @property
     def label(self) -> str:
-        return self.name or "rope"
+        return self.name or ("rope_inverse" if self.inverse else "rope")
 
 
 def rotary_angles(n: int, d: int, base: float) -> np.ndarray:
@@ -232,7 +244,8 @@ def _rotary(
     angles = rotary_angles(n, d, op.base)
     h = d // 2
     turned = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
-    out = x * np.cos(angles) + turned * np.sin(angles)
+    sin = -np.sin(angles) if op.inverse else np.sin(angles)
+    out = x * np.cos(angles) + turned * sin
     return [out.astype(x.dtype, copy=False)]
 
 
