@@ -181,6 +181,12 @@ class Pad2d(nn.Module):
         return F.pad(x, (1, 2, 3, 0), value=-1.0) * 2
 
 
+def _ceil_pools() -> nn.Module:
+    return nn.Sequential(
+        nn.MaxPool2d(3, 2, 1, ceil_mode=True), nn.MaxPool2d(2, ceil_mode=True), nn.ReLU()
+    )
+
+
 def _net3d() -> nn.Module:
     return nn.Sequential(
         nn.Conv3d(3, 5, 3, padding=1),
@@ -202,6 +208,7 @@ def _net3d() -> nn.Module:
         (_net3d, (2, 3, 4, 6, 5)),
         (lambda: PaddedNet1d().eval(), (2, 4, 13)),
         (Pad2d, (2, 3, 5, 4)),
+        (_ceil_pools, (2, 3, 14, 13)),
     ],
 )
 def test_a_conv_net_imports_and_matches_torch(make: Any, shape: tuple[int, ...]) -> None:

@@ -49,9 +49,11 @@ def _windows(
     padding: Sequence[int],
     dilation: Sequence[int],
     fill: float,
+    extra: Sequence[int] = (),
 ) -> tuple[str, list[Any], list[int], list[int]]:
-    """One window per spatial dim of ``x`` (its last ``len(kernel)`` dims): the value read,
-    the dims before them, and the position and offset variables."""
+    """One window per spatial dim of ``x`` (its last ``len(kernel)`` dims; ``extra`` padding
+    at each dim's end): the value read, the dims before them, and the position and offset
+    variables."""
     nd = len(kernel)
     dims = c.dims[x]
     lead, spatial = list(dims[:-nd]), list(dims[-nd:])
@@ -72,6 +74,7 @@ def _windows(
             padding[i],
             dilation[i],
             fill,
+            extra=extra[i] if extra else 0,
         )
         cur = c.op(node, op, [cur], names=[])
         outs.append(o)
@@ -251,10 +254,19 @@ def _pool(c: Capture, node: Any, nd: int, fn: str) -> None:
         (n + 2 * p - d * (k - 1) - 1) // s + 1
         for n, k, s, p, d in zip(n_in, kernel, stride, padding, dilation, strict=True)
     ]
-    if list(c.shape(node)[-nd:]) != want:
-        raise c.unsupported(node, "ceil_mode=True where it adds a partial window")
+    got = list(c.shape(node)[-nd:])
+    extra = [0] * nd
+    if got != want:  # ceil_mode: a last, partial window; the end padded for it
+        if fn != "max":
+            raise c.unsupported(node, "ceil_mode=True where it adds a partial window (avg)")
+        extra = [
+            (m - 1) * s + d * (k - 1) + 1 - (n + 2 * p)
+            for m, n, k, s, p, d in zip(got, n_in, kernel, stride, padding, dilation, strict=True)
+        ]
     fill = -math.inf if fn == "max" else 0.0
-    cur, lead, outs, offsets = _windows(c, node, x, kernel, stride, padding, dilation, fill)
+    cur, lead, outs, offsets = _windows(
+        c, node, x, kernel, stride, padding, dilation, fill, [max(e, 0) for e in extra]
+    )
     c.op(node, L.Reduce(fn, tuple(c.axis(k) for k in offsets)), [cur], names=[])
     c.set(node, [*lead, *outs], recorded=True)
 
