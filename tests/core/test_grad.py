@@ -666,3 +666,20 @@ def test_inverse_rotation_on_opencl_and_torch() -> None:
 
         got = ncd.export(inv, "torch")(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_where_slice_and_concat(n: int) -> None:
+    """The indexing ops' rules against finite differences, at awkward sizes, lifted."""
+    cond = (RNG.normal(size=(3, n)) > 0).astype(np.float64)
+    check(on(ops.where(), (3, n), (3, n), (n,)), cond, normal(3, n), normal(n))
+    sl = ops.slice("d", "part", start=min(2, n - 1), d=n + 3, part=min(3, n)).over("r")
+    check(sl.bind(r=2), normal(2, n + 3))
+    cat = ops.concat("a, b -> c", a=n, b=4, c=n + 4).over("r")
+    check(cat.bind(r=3), normal(3, n), normal(3, 4))
+
+
+def test_slice_gradient_needs_bound_sizes() -> None:
+    free = ops.slice("d", "part", start=1)
+    with pytest.raises(ncd.GradError, match="bind it"):
+        ncd.grad(free, wrt="inputs", cotangents=True)

@@ -297,6 +297,52 @@ def _view(t: Tape, op: L.View, xs: list[int], ys: list[int], cts: Any, need: Any
     return [t.one(inverse, cts[0])]
 
 
+@_vjp(X.Where)
+def _where(t: Tape, op: X.Where, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
+    cond, ct = xs[0], cts[0]
+    zero = t.const(0.0, t.axes(ct), ct)
+    dx = t.one(X.Where(), cond, ct, zero) if need[1] else None
+    dy = t.one(X.Where(), cond, zero, ct) if need[2] else None
+    return [None, dx, dy]  # the condition selects: no gradient
+
+
+def _size(t: Tape, a: Axis, op: Op) -> int:
+    n = t.graph.size(a)
+    if n is None:
+        raise GradError(
+            f"ncd.grad: the gradient of {op.label} needs the size of {a.describe()}, which is "
+            "left to run time. Fix: bind it (model.bind(...)) before ncd.grad."
+        )
+    return n
+
+
+@_vjp(X.Concat)
+def _concat(t: Tape, op: X.Concat, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
+    out, start = [], 0
+    for k, a in enumerate(op.axes_):  # each input's cotangent: its stretch of the result
+        out.append(t.one(X.Slice(op.out, a, start), cts[0]) if need[k] else None)
+        start += _size(t, a, op)
+    return out
+
+
+@_vjp(X.Slice)
+def _slice(t: Tape, op: X.Slice, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
+    # the cotangent back in place along the sliced axis, zeros before and after it
+    n, m = _size(t, op.axis, op), _size(t, op.out, op)
+    parts: list[Axis] = []
+    ins: list[int] = []
+    for size, where in ((op.start, "before"), (n - op.start - m, "after")):
+        if size > 0:
+            gap = Axis(f"{op.axis.name}_{where}", size=size)
+            parts.append(gap)
+            ins.append(t.const(0.0, (gap,), cts[0]))
+    if op.start > 0:
+        axes, vals = [parts[0], op.out, *parts[1:]], [ins[0], cts[0], *ins[1:]]
+    else:
+        axes, vals = [op.out, *parts], [cts[0], *ins]
+    return [t.one(X.Concat(tuple(axes), op.axis), *vals)]
+
+
 @_vjp(X.Rotary)
 def _rotary(t: Tape, op: X.Rotary, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     # a rotation at each position: its transpose is the rotation by minus the angles
