@@ -19,8 +19,11 @@ device and driver a measurement holds for). ``tune``:
    interpreter before its times count (a round that disagrees is measured again group by
    group, and the candidates that disagree are dropped), until the ``budget`` in seconds is
    spent;
-5. keeps each group's fastest candidate that agreed, checks the combined plan against the
-   reference once more, and stores the winners.
+5. takes each group's fastest candidate that agreed, then measures the winners and the
+   defaults alternately (``CONFIRM`` times each: head to head, on programs already built) and
+   keeps a winner only when it beats its default by ``MARGIN`` there (a lucky round on a noisy
+   host never wins alone); those runs check the combined plan against the reference too; the
+   winners are stored.
 
 Tuning needs every size bound (the tiles depend on them).
 """
@@ -60,6 +63,8 @@ __all__ = [
 _FORMAT = 1  # the cache entries' layout
 #: a candidate must beat the default by this fraction to replace it
 MARGIN = 0.03
+#: head-to-head rounds of the winners against the defaults before a winner is kept
+CONFIRM = 2
 
 
 class TuningCacheWarning(UserWarning):
@@ -224,37 +229,55 @@ def tune(
             for key in groups:
                 if key not in pick:
                     times[key][labels[key][0]] = _group_time(secs, groups[key])
-    if rounds > 1:  # the defaults once more, last: the first round of a process runs cold
-        ok, secs = _safe(measure, {})
-        rounds += 1
-        for key in groups if ok else ():
-            t = _group_time(secs, groups[key])
-            old = times[key].get(labels[key][0])
-            if t is not None:
-                times[key][labels[key][0]] = t if old is None else min(old, t)
     if show:
         print(file=sys.stderr)
 
     for key in search:
         default = labels[key][0]
         good = {lab: s for lab, s in times[key].items() if s is not None}
-        best = min(good, key=lambda lab: good[lab]) if good else default
-        # a candidate replaces the default only when clearly faster (not by timing noise)
-        if default in good and good[best] > good[default] / (1 + MARGIN):
-            best = default
-        chosen[key] = best
-    tuned = plan_with({k: v for k, v in chosen.items() if v != labels[k][0]})
-    if chosen and any(v != labels[k][0] for k, v in chosen.items()):
-        ok, _ = _safe(lambda _: measure(chosen), None)
-        rounds += 1
-        if not ok:
-            warnings.warn(
-                "ncd.tune: the combined tuned plan disagrees with the reference although each "
-                "candidate agreed alone; keeping the default plan.",
-                TuningCacheWarning,
-                stacklevel=2,
-            )
-            tuned, chosen = base, {k: labels[k][0] for k in chosen}
+        chosen[key] = min(good, key=lambda lab: good[lab]) if good else default
+    # Confirmation, head to head: the winners and the defaults measured alternately (the
+    # programs are built by now), each group keeping its winner only when that is faster
+    # than its default by MARGIN in the best of these runs; a first round runs cold, and a
+    # timing on a loaded host is noisy, so one lucky round never wins alone. The winners'
+    # runs also check the combined plan against the reference.
+    winners = {k: v for k, v in chosen.items() if v != labels[k][0]}
+    fresh = [k for k in winners if k in search]  # cached winners are not raced again
+    held = {k: v for k, v in winners.items() if k not in fresh}
+    best_win: dict[str, float] = {}
+    best_def: dict[str, float] = {}
+    for _ in range(CONFIRM if fresh else 1 if winners else 0):
+        for pick, best in ((winners, best_win), (held, best_def)):
+            if best is best_def and not fresh:
+                continue
+            ok, secs = _safe(measure, pick)
+            rounds += 1
+            if not ok and pick is winners:
+                warnings.warn(
+                    "ncd.tune: the combined tuned plan disagrees with the reference although each "
+                    "candidate agreed alone; keeping the default plan.",
+                    TuningCacheWarning,
+                    stacklevel=2,
+                )
+                winners, fresh = {}, []
+                break
+            for key in groups:
+                t_ = _group_time(secs, groups[key])
+                if t_ is not None:
+                    best[key] = min(best.get(key, math.inf), t_)
+        if not winners:
+            break
+    for key in fresh:
+        label, default = winners[key], labels[key][0]
+        win_t, def_t = best_win.get(key), best_def.get(key)
+        if win_t is None or def_t is None or win_t * (1 + MARGIN) >= def_t:
+            del winners[key]
+        if win_t is not None:
+            times[key][label] = win_t
+        if def_t is not None:
+            times[key][default] = def_t
+    chosen.update({k: labels[k][0] for k in chosen if k not in winners})
+    tuned = plan_with(winners)
     if cache:
         for key in search:
             if chosen[key] in times[key]:
