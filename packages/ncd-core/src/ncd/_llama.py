@@ -12,16 +12,14 @@ from __future__ import annotations
 from ncd import ops
 from ncd._term import Term
 from ncd._trace import Tensor, trace
-from ncd.axis import ArrayType, Axis
+from ncd.axis import ArrayType, Axis, axis_arg
 from ncd.errors import DefinitionError
 
 __all__ = ["gqa_attention", "llama", "llama_block", "swiglu"]
 
 
 def _ax(default: str, value: object) -> Axis:
-    from ncd.nn import _ax as ax
-
-    return ax(default, value)  # type: ignore[arg-type]
+    return axis_arg(default, value)  # type: ignore[arg-type]
 
 
 def swiglu(d_model: object = "d_model", d_ff: object = "d_ff", *, label: str = "mlp") -> Term:

@@ -175,6 +175,20 @@ def _hash01(text: str) -> float:
 AxisLike = Axis | str
 
 
+def axis_arg(default: str, value: Axis | int | str | None) -> Axis:
+    """The axis a model builder's argument names: an ``Axis`` as it is, an int size (a new axis
+    ``default`` of that size), a name, or ``None`` (a new axis ``default``); a
+    ``DefinitionError`` naming the argument otherwise."""
+    if isinstance(value, Axis):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | str | None):
+        raise DefinitionError(
+            f"{default}: expected an Axis, an int size or a name, got {show(value)}. Fix: pass "
+            f"e.g. {default}=64 or {default}=ncd.Axis({default!r})."
+        )
+    return Axis(default, size=value) if isinstance(value, int) else Axis(value or default)
+
+
 def axes(spec: str | Iterable[str], **sizes: int) -> tuple[Axis, ...]:
     """Make several fresh axes: ``q, x, d = ncd.axes("q x d", d=64)``."""
     if isinstance(spec, str):

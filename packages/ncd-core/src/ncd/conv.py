@@ -14,6 +14,7 @@ from ncd import ops
 from ncd._term import Term
 from ncd._trace import Tensor, trace
 from ncd.axis import ArrayType, Axis, show
+from ncd.axis import axis_arg as _ax
 from ncd.errors import DefinitionError
 from ncd.primitives.library import Parameter, View
 
@@ -30,17 +31,6 @@ __all__ = [
 ]
 
 AxisArg = Axis | int | str | None
-
-
-def _ax(default: str, value: AxisArg) -> Axis:
-    if isinstance(value, Axis):
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | str | None):
-        raise DefinitionError(
-            f"{default}: expected an Axis, an int size or a name, got {show(value)}. Fix: pass "
-            f"e.g. {default}=16 or {default}=ncd.Axis({default!r})."
-        )
-    return Axis(default, size=value) if isinstance(value, int) else Axis(value or default)
 
 
 def _pair(what: str, value: int | Sequence[int], dims: int, low: int) -> tuple[int, ...]:

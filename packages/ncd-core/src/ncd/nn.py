@@ -15,7 +15,7 @@ from ncd import ops
 from ncd._lower import Builder, Hole, Ref
 from ncd._term import Term
 from ncd._trace import Tensor, trace
-from ncd.axis import ArrayType, Axis, show
+from ncd.axis import ArrayType, Axis, axis_arg, show
 from ncd.errors import DefinitionError
 
 __all__ = [
@@ -48,18 +48,7 @@ __all__ = [
 AxisArg = Axis | int | str | None
 
 
-def _ax(default: str, value: AxisArg) -> Axis:
-    if isinstance(value, Axis):
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | str | None):
-        raise DefinitionError(
-            f"{default}: expected an Axis, an int size or a name, got "
-            f"{show(value)}. Fix: pass e.g. {default}=64 or "
-            f"{default}=ncd.Axis({default!r})."
-        )
-    if isinstance(value, int):
-        return Axis(default, size=value)
-    return Axis(value or default)
+_ax = axis_arg  # a builder argument as an axis (ncd.axis.axis_arg)
 
 
 #: The most layers ``gpt`` builds: each is traced eagerly, so a typo like 10**9 would hang.
