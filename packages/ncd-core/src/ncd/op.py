@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 
 import attrs
 
-from ncd.axis import Axis, check_name, show
+from ncd.axis import MAX_SIZE, Axis, check_name, show
 from ncd.dtypes import FORMATS, DType, float32
 from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DefinitionError, DTypeError
@@ -178,12 +178,13 @@ def choice_field(choices: tuple[str, ...], default: Any = attrs.NOTHING) -> Any:
 
 
 def count_field(default: Any = attrs.NOTHING, *, low: int = 1) -> Any:
-    """A field holding an int ``>= low`` (a top-k, a layer count)."""
+    """A field holding an int from ``low`` to ``MAX_SIZE`` (a top-k, a stride, an offset: none
+    can exceed the largest axis size, and past it index arithmetic overflows 64 bits)."""
 
-    wanted = "a positive int" if low == 1 else f"an int >= {low}"
+    wanted = ("a positive int" if low == 1 else f"an int >= {low}") + " (at most 2^62)"
 
     def check(instance: Any, attribute: Any, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_SIZE:
             raise DefinitionError(
                 f"{_who(instance)}: {attribute.name} must be {wanted}, got {show(value)}. "
                 f"Fix: pass {wanted}."

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
-from ncd.axis import Axis, show
+from ncd.axis import MAX_SIZE, Axis, show
 from ncd.errors import DefinitionError, SizeError
 from ncd.op import Op, Signature, axis_field, count_field, flag_field, register_op
 from ncd.reference import Context, reference_rule
@@ -40,8 +40,11 @@ def _check_fill(instance: Any, attribute: Any, value: Any) -> None:
 
 
 def _check_extra(instance: Any, attribute: Any, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise DefinitionError(f"window: extra must be an int, got {show(value)}. Fix: pass one.")
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_SIZE:
+        raise DefinitionError(
+            f"window: extra must be an int of at most 2^62 in size, got {show(value)}. Fix: "
+            "pass the padding the window's end really has."
+        )
 
 
 @register_op
