@@ -62,10 +62,13 @@ PARAM_ROUTED: dict[type, Callable[[Any, Callable[[Axis], sp.Expr]], tuple[sp.Exp
 
 
 def size_function(
-    graph: Graph, per_device: dict[str, int] | None = None
+    graph: Graph,
+    per_device: dict[str, int] | None = None,
+    whole: frozenset[Axis] | set[Axis] = frozenset(),
 ) -> Callable[[Axis], sp.Expr]:
     """axis -> its size: an Integer when bound, else a positive Symbol named by config label;
-    labels in ``per_device`` are divided among that many devices."""
+    labels in ``per_device`` are divided among that many devices, except the axes in
+    ``whole`` (a sequence-parallel kernel's keys, gathered from every device)."""
     labels = axis_labels(graph)
     split = per_device or {}
 
@@ -73,7 +76,7 @@ def size_function(
         n = graph.size(a) if a.uid in graph.axis_by_uid else a.size
         label = labels.get(a.uid, a.name)
         expr = sp.Integer(n) if n is not None else sp.Symbol(label, positive=True)
-        return expr / split[label] if label in split else expr
+        return expr / split[label] if label in split and a not in whole else expr
 
     return size
 

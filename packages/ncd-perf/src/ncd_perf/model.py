@@ -20,7 +20,7 @@ from ncd.fusion import fuse as plan_fusion
 from ncd.graph import Graph, as_graph
 from ncd.kernel import FusionPlan, Kernel, unfused
 from ncd.primitives import library as L
-from ncd_perf.distributed import Collective, collectives
+from ncd_perf.distributed import SEQUENCE, Collective, collectives, sequence_keys
 from ncd_perf.flops import flops
 from ncd_perf.formulas import KernelFormulas, size_function
 from ncd_perf.machine import OVERLAPS, Machine, load_machine
@@ -172,6 +172,7 @@ def cost(
     resources: Mapping[str, Mapping[str, int]] | None = None,
     precision: str = "ieee",
     overlap: str | None = None,
+    sequence: str = "all-gather",
 ) -> ModelCost:
     """Price ``model`` on ``machine``.
 
@@ -185,7 +186,10 @@ def cost(
     as torch's ``allow_tf32`` and cuBLAS do), ``"ieee"`` (default): full float32.
     ``overlap``: how a kernel's per-level and per-op-class times combine, ``"max"`` (they
     overlap, the roofline) or ``"sum"`` (they serialise, the napkin paper's sum); default the
-    machine's ``overlap``; ``"compute-sum"``: op classes add, memory overlaps them (a CPU)."""
+    machine's ``overlap``; ``"compute-sum"``: op classes add, memory overlaps them (a CPU).
+    ``sequence``: how a sequence-parallel kernel (a label in ``parallel`` on both its queries
+    and its keys, ``{"seq": 8}``) brings each device every key: ``"all-gather"`` of K and V
+    before the kernel, or ``"ring"``, passed around the devices while it computes."""
     from ncd.axis import dtype_bytes
     from ncd.errors import DefinitionError
 
@@ -200,6 +204,12 @@ def cost(
             f"{', '.join(OVERLAPS)} (max: levels and op classes overlap; sum: they add up; "
             "compute-sum: op classes add, memory overlaps them)."
         )
+    if sequence not in SEQUENCE:
+        raise DefinitionError(
+            f"ncd_perf.cost(sequence={sequence!r}): unknown way to move a sequence-parallel "
+            f"kernel's keys. Fix: one of {', '.join(SEQUENCE)} (all-gather: K and V gathered "
+            "before the kernel; ring: passed around the devices while it computes)."
+        )
     if dtype is not None:
         dtype_bytes(dtype)  # an unknown format is an UnknownDTypeError naming the formats
     machine = load_machine(machine)
@@ -213,11 +223,13 @@ def cost(
     graph = _graph(model, bind)
     if plan is None:
         plan = plan_fusion(graph) if fuse else unfused(graph)
-    size = size_function(graph, _per_device(graph, dict(parallel or {})))
+    split = _per_device(graph, dict(parallel or {}))
     cache: dict[tuple[Any, ...], tuple[KernelFormulas, list[LevelCost]]] = {}
     kernels = []
     for kernel in plan.kernels:
         key = _key(kernel)
+        # a sequence-parallel kernel's keys stay whole: every device needs all of them
+        size = size_function(graph, split, set(sequence_keys(kernel, split)))
         if key not in cache:
             f = KernelFormulas(kernel, size, dtype)
             masked = _causal_share(kernel, size)
@@ -231,7 +243,7 @@ def cost(
             _flops(kernel, size),
             _dtype(kernel, dtype),
             levels,
-            collectives(kernel, size, dict(parallel or {}), dtype),
+            collectives(kernel, size, dict(parallel or {}), dtype, sequence),
         )
         _roofline(kc, machine, precision, target)
         used = (resources or {}).get(kernel.name)
@@ -474,12 +486,15 @@ def _roofline(
             # a written byte costs write_factor bytes of the level's bandwidth (write-allocate)
             lv.time = (nbytes + (level.write_factor - 1) * written) / float(level.bandwidth)
             parts[f"{above.name}->{level.name} bandwidth"] = lv.time
-    comm = 0.0
+    comm = ring = 0.0
     for c in kc.collectives:
         t = c.time(machine)
         if t is None:
             return
-        comm += t
+        if c.overlaps:
+            ring += t
+        else:
+            comm += t
     if not parts:
         return
     # "max": compute and memory traffic overlap (the roofline); "sum": they serialise (the
@@ -497,6 +512,10 @@ def _roofline(
             local = max((k for k in parts if k.endswith(" compute")), key=lambda k: parts[k])
     else:
         busy = parts[local]
+    if ring > busy:  # a ring pass hides behind the compute, or the compute behind it
+        link = machine.interconnect.name if machine.interconnect else "link"
+        local, busy = f"ring pass ({link})", ring
+        kc.parts[local] = ring
     if comm > busy:
         link = machine.interconnect.name if machine.interconnect else "link"
         kc.parts[f"collectives ({link})"] = comm
