@@ -12,42 +12,51 @@ extern "C" __global__ void k0_einsum_scale_causal_mask_softmax(
     const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (gid >= 26) return;
     const int i_q = gid % 13;
-    const int i_h = (gid / 13);
+    const int i_h = gid / 13;
     float m = -3.402823466e38f;
     float l = 0.0f;
     float acc[5];
-    for (int j = 0; j < 5; ++j) acc[j] = 0.0f;
+    for (int j = 0; j < 5; ++j) {
+        acc[j] = 0.0f;
+    }
     const int lim = min(13, i_q + 1);
     for (int i0_x = 0; i0_x < lim; i0_x += 13) {
         float sc[13];
         for (int i_x = i0_x; i_x < i0_x + 13; ++i_x) {
             float dot = 0.0f;
             for (int i_d = 0; i_d < 7; ++i_d) {
-                dot += in0[i_h * 91 + i_q * 7 + i_d] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d];
+                dot += in0[i_h * 91 + i_q * 7 + i_d] * in1[i_h * 91 + min(i_x, 12) * 7 + i_d];
             }
-            float scale = (dot * 0.37796447300922725f);
-            float causal_mask = ((min(i_x, 12)) <= (i_q) + 0 ? scale : -__int_as_float(0x7f800000));
+            float scale = dot * 0.37796447300922725f;
+            float causal_mask = min(i_x, 12) <= i_q + 0 ? scale : -__int_as_float(0x7f800000);
             sc[i_x - i0_x] = i_x < lim ? causal_mask : -__int_as_float(0x7f800000);
         }
         float mv = sc[0];
-        for (int u = 1; u < 13; ++u) mv = fmax(mv, sc[u]);
+        for (int u = 1; u < 13; ++u) {
+            mv = fmax(mv, sc[u]);
+        }
         float mb = fmax(m, mv);
         float c = exp(m - mb);
         float ps = 0.0f;
-        for (int u = 0; u < 13; ++u) { sc[u] = exp(sc[u] - mb); ps += sc[u]; }
+        for (int u = 0; u < 13; ++u) {
+            sc[u] = exp(sc[u] - mb);
+            ps += sc[u];
+        }
         l = l * c + ps;
         m = mb;
-        for (int j = 0; j < 5; ++j) acc[j] *= c;
+        for (int j = 0; j < 5; ++j) {
+            acc[j] *= c;
+        }
         for (int t = 0; t < 13; ++t) {
             float p = sc[t];
             for (int i_v = 0; i_v < 5; ++i_v) {
-                float val = in2[i_h * 65 + (min(i0_x + t, 12)) * 5 + i_v];
+                float val = in2[i_h * 65 + min(i0_x + t, 12) * 5 + i_v];
                 acc[i_v] += p * val;
             }
         }
     }
-    float scale_2 = (1.0f / l);
+    float scale_2 = 1.0f / l;
     for (int i_v_2 = 0; i_v_2 < 5; ++i_v_2) {
-        out7[i_h * 65 + i_q * 5 + i_v_2] = (acc[i_v_2] * scale_2);
+        out7[i_h * 65 + i_q * 5 + i_v_2] = acc[i_v_2] * scale_2;
     }
 }

@@ -12,12 +12,12 @@ extern "C" __global__ void __launch_bounds__(64) k0_embedding_learned_binary(
     const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (gid >= 208) return;
     const int i_d_model = gid % 16;
-    const int i_seq = (gid / 16);
+    const int i_seq = gid / 16;
     long long id = in0[i_seq];
     int tok = (int)(id < 0 ? 0 : id > 10 ? 10 : id);
     float embedding = w_wte_weight[tok * 16 + i_d_model];
     float learned = w_wpe_weight[i_seq * 16 + i_d_model];
-    float binary = (embedding + learned);
+    float binary = embedding + learned;
     out3[i_seq * 16 + i_d_model] = binary;
 }
 
@@ -43,7 +43,7 @@ extern "C" __global__ void k1_layernorm(
     }
     float rstd = rsqrt(sq * 0.0625f + 1e-05f);
     for (int i_d_model = 0; i_d_model < 16; ++i_d_model) {
-        float layernorm = (((in3[i_seq * 16 + i_d_model] - mu) * rstd) * w_blocks_0_ln_1_weight[i_d_model] + w_blocks_0_ln_1_bias[i_d_model]);
+        float layernorm = (in3[i_seq * 16 + i_d_model] - mu) * rstd * w_blocks_0_ln_1_weight[i_d_model] + w_blocks_0_ln_1_bias[i_d_model];
         out4[i_seq * 16 + i_d_model] = layernorm;
     }
 }
@@ -71,7 +71,7 @@ extern "C" __global__ void __launch_bounds__(256) k2_linear_view_linear4(
         for (int e = threadIdx.x; e < 1024; e += 256) {
             const int r = e / 16, kk = e % 16;
             const int gr = n0 + r, gk = k0 + kk;
-            bs[kk][r] = gr < 16 && gk < 16 ? w_blocks_0_attn_q_weight[((gr / 8)) * 128 + ((gr % 8)) * 16 + gk] : 0;
+            bs[kk][r] = gr < 16 && gk < 16 ? w_blocks_0_attn_q_weight[gr / 8 * 128 + gr % 8 * 16 + gk] : 0;
         }
         __syncthreads();
         #pragma unroll
@@ -95,7 +95,7 @@ extern "C" __global__ void __launch_bounds__(256) k2_linear_view_linear4(
     #pragma unroll
     for (int r = 0; r < 16; ++r) {
         if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 16) {
-            out5[((m0 + ty + 16 * (r / 4))) * 16 + (((n0 + tx + 16 * (r % 4)) / 8)) * 8 + ((n0 + tx + 16 * (r % 4)) % 8)] = (acc[r] + w_blocks_0_attn_q_bias[(((n0 + tx + 16 * (r % 4)) / 8)) * 8 + ((n0 + tx + 16 * (r % 4)) % 8)]);
+            out5[((m0 + ty + 16 * (r / 4))) * 16 + ((n0 + tx + 16 * (r % 4))) / 8 * 8 + ((n0 + tx + 16 * (r % 4))) % 8] = (acc[r] + w_blocks_0_attn_q_bias[((n0 + tx + 16 * (r % 4))) / 8 * 8 + ((n0 + tx + 16 * (r % 4))) % 8]);
         }
     }
 }
@@ -123,7 +123,7 @@ extern "C" __global__ void __launch_bounds__(256) k2_linear_view_linear5(
         for (int e = threadIdx.x; e < 1024; e += 256) {
             const int r = e / 16, kk = e % 16;
             const int gr = n0 + r, gk = k0 + kk;
-            bs[kk][r] = gr < 16 && gk < 16 ? w_blocks_0_attn_k_weight[((gr / 8)) * 128 + ((gr % 8)) * 16 + gk] : 0;
+            bs[kk][r] = gr < 16 && gk < 16 ? w_blocks_0_attn_k_weight[gr / 8 * 128 + gr % 8 * 16 + gk] : 0;
         }
         __syncthreads();
         #pragma unroll
@@ -147,8 +147,8 @@ extern "C" __global__ void __launch_bounds__(256) k2_linear_view_linear5(
     #pragma unroll
     for (int r = 0; r < 16; ++r) {
         if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 16) {
-            float view = (acc[r] + w_blocks_0_attn_k_bias[(((n0 + tx + 16 * (r % 4)) / 8)) * 8 + ((n0 + tx + 16 * (r % 4)) % 8)]);
-            out7[(((n0 + tx + 16 * (r % 4)) / 8)) * 104 + ((m0 + ty + 16 * (r / 4))) * 8 + ((n0 + tx + 16 * (r % 4)) % 8)] = view;
+            float view = (acc[r] + w_blocks_0_attn_k_bias[((n0 + tx + 16 * (r % 4))) / 8 * 8 + ((n0 + tx + 16 * (r % 4))) % 8]);
+            out7[((n0 + tx + 16 * (r % 4))) / 8 * 104 + ((m0 + ty + 16 * (r / 4))) * 8 + ((n0 + tx + 16 * (r % 4))) % 8] = view;
         }
     }
 }
@@ -163,43 +163,52 @@ extern "C" __global__ void k3_einsum_scale_causal_mask_softmax(
     const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (gid >= 26) return;
     const int i_heads = gid % 2;
-    const int i_seq = (gid / 2);
+    const int i_seq = gid / 2;
     float m = -3.402823466e38f;
     float l = 0.0f;
     float acc[8];
-    for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+        acc[j] = 0.0f;
+    }
     const int lim = min(13, i_seq + 1);
     for (int i0_seq_k = 0; i0_seq_k < lim; i0_seq_k += 13) {
         float sc[13];
         for (int i_seq_k = i0_seq_k; i_seq_k < i0_seq_k + 13; ++i_seq_k) {
             float dot = 0.0f;
             for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-                dot += in5[i_seq * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head];
+                dot += in5[i_seq * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + min(i_seq_k, 12) * 8 + i_d_head];
             }
-            float scale = (dot * 0.3535533905932738f);
-            float causal_mask = ((min(i_seq_k, 12)) <= (i_seq) + 0 ? scale : -__int_as_float(0x7f800000));
+            float scale = dot * 0.3535533905932738f;
+            float causal_mask = min(i_seq_k, 12) <= i_seq + 0 ? scale : -__int_as_float(0x7f800000);
             sc[i_seq_k - i0_seq_k] = i_seq_k < lim ? causal_mask : -__int_as_float(0x7f800000);
         }
         float mv = sc[0];
-        for (int u = 1; u < 13; ++u) mv = fmax(mv, sc[u]);
+        for (int u = 1; u < 13; ++u) {
+            mv = fmax(mv, sc[u]);
+        }
         float mb = fmax(m, mv);
         float c = exp(m - mb);
         float ps = 0.0f;
-        for (int u = 0; u < 13; ++u) { sc[u] = exp(sc[u] - mb); ps += sc[u]; }
+        for (int u = 0; u < 13; ++u) {
+            sc[u] = exp(sc[u] - mb);
+            ps += sc[u];
+        }
         l = l * c + ps;
         m = mb;
-        for (int j = 0; j < 8; ++j) acc[j] *= c;
+        for (int j = 0; j < 8; ++j) {
+            acc[j] *= c;
+        }
         for (int t = 0; t < 13; ++t) {
             float p = sc[t];
             for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
-                float val = in9[i_heads * 104 + (min(i0_seq_k + t, 12)) * 8 + i_d_head_2];
+                float val = in9[i_heads * 104 + min(i0_seq_k + t, 12) * 8 + i_d_head_2];
                 acc[i_d_head_2] += p * val;
             }
         }
     }
-    float scale_2 = (1.0f / l);
+    float scale_2 = 1.0f / l;
     for (int i_d_head_3 = 0; i_d_head_3 < 8; ++i_d_head_3) {
-        out14[i_seq * 16 + i_heads * 8 + i_d_head_3] = (acc[i_d_head_3] * scale_2);
+        out14[i_seq * 16 + i_heads * 8 + i_d_head_3] = acc[i_d_head_3] * scale_2;
     }
 }
 
@@ -222,12 +231,12 @@ extern "C" __global__ void __launch_bounds__(256) k4_linear_binary(
         for (int e = threadIdx.x; e < 1024; e += 256) {
             const int r = e / 16, kk = e % 16;
             const int gr = m0 + r, gk = k0 + kk;
-            as[kk][r] = gr < 13 && gk < 16 ? in14[gr * 16 + ((gk / 8)) * 8 + (gk % 8)] : 0;
+            as[kk][r] = gr < 13 && gk < 16 ? in14[gr * 16 + gk / 8 * 8 + gk % 8] : 0;
         }
         for (int e = threadIdx.x; e < 1024; e += 256) {
             const int r = e / 16, kk = e % 16;
             const int gr = n0 + r, gk = k0 + kk;
-            bs[kk][r] = gr < 16 && gk < 16 ? w_blocks_0_attn_o_weight[gr * 16 + ((gk / 8)) * 8 + (gk % 8)] : 0;
+            bs[kk][r] = gr < 16 && gk < 16 ? w_blocks_0_attn_o_weight[gr * 16 + gk / 8 * 8 + gk % 8] : 0;
         }
         __syncthreads();
         #pragma unroll
@@ -251,8 +260,8 @@ extern "C" __global__ void __launch_bounds__(256) k4_linear_binary(
     #pragma unroll
     for (int r = 0; r < 16; ++r) {
         if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 16) {
-            float binary = (in3[((m0 + ty + 16 * (r / 4))) * 16 + (n0 + tx + 16 * (r % 4))] + (acc[r] + w_blocks_0_attn_o_bias[(n0 + tx + 16 * (r % 4))]));
-            out16[((m0 + ty + 16 * (r / 4))) * 16 + (n0 + tx + 16 * (r % 4))] = binary;
+            float binary = in3[((m0 + ty + 16 * (r / 4))) * 16 + ((n0 + tx + 16 * (r % 4)))] + ((acc[r] + w_blocks_0_attn_o_bias[(n0 + tx + 16 * (r % 4))]));
+            out16[((m0 + ty + 16 * (r / 4))) * 16 + ((n0 + tx + 16 * (r % 4)))] = binary;
         }
     }
 }
@@ -304,8 +313,8 @@ extern "C" __global__ void __launch_bounds__(256) k18_linear_unary(
     #pragma unroll
     for (int r = 0; r < 16; ++r) {
         if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 24) {
-            float unary = (0.5f * (acc[r] + w_blocks_0_mlp_fc_bias[(n0 + tx + 16 * (r % 4))]) * (1.0f + erf((acc[r] + w_blocks_0_mlp_fc_bias[(n0 + tx + 16 * (r % 4))]) * 0.70710678118654752f)));
-            out19[((m0 + ty + 16 * (r / 4))) * 24 + (n0 + tx + 16 * (r % 4))] = unary;
+            float unary = 0.5f * ((acc[r] + w_blocks_0_mlp_fc_bias[(n0 + tx + 16 * (r % 4))])) * (1.0f + erf(((acc[r] + w_blocks_0_mlp_fc_bias[(n0 + tx + 16 * (r % 4))])) * 0.70710678118654752f));
+            out19[((m0 + ty + 16 * (r / 4))) * 24 + ((n0 + tx + 16 * (r % 4)))] = unary;
         }
     }
 }
@@ -358,8 +367,8 @@ extern "C" __global__ void __launch_bounds__(256) k20_linear_binary(
     #pragma unroll
     for (int r = 0; r < 16; ++r) {
         if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 16) {
-            float binary = (in16[((m0 + ty + 16 * (r / 4))) * 16 + (n0 + tx + 16 * (r % 4))] + (acc[r] + w_blocks_0_mlp_proj_bias[(n0 + tx + 16 * (r % 4))]));
-            out21[((m0 + ty + 16 * (r / 4))) * 16 + (n0 + tx + 16 * (r % 4))] = binary;
+            float binary = in16[((m0 + ty + 16 * (r / 4))) * 16 + ((n0 + tx + 16 * (r % 4)))] + ((acc[r] + w_blocks_0_mlp_proj_bias[(n0 + tx + 16 * (r % 4))]));
+            out21[((m0 + ty + 16 * (r / 4))) * 16 + ((n0 + tx + 16 * (r % 4)))] = binary;
         }
     }
 }
@@ -383,8 +392,8 @@ extern "C" __global__ void k39_linear_binary_layernorm(
         for (int i_d_ff = 0; i_d_ff < 24; ++i_d_ff) {
             dot += in37[i_seq * 24 + i_d_ff] * w_blocks_1_mlp_proj_weight[i_d_model_2 * 24 + i_d_ff];
         }
-        float linear = (dot + w_blocks_1_mlp_proj_bias[i_d_model_2]);
-        float binary = (in34[i_seq * 16 + i_d_model_2] + linear);
+        float linear = dot + w_blocks_1_mlp_proj_bias[i_d_model_2];
+        float binary = in34[i_seq * 16 + i_d_model_2] + linear;
         sum += binary;
     }
     float mu = sum * 0.0625f;
@@ -394,8 +403,8 @@ extern "C" __global__ void k39_linear_binary_layernorm(
         for (int i_d_ff_2 = 0; i_d_ff_2 < 24; ++i_d_ff_2) {
             dot_2 += in37[i_seq * 24 + i_d_ff_2] * w_blocks_1_mlp_proj_weight[i_d_model_3 * 24 + i_d_ff_2];
         }
-        float linear_2 = (dot_2 + w_blocks_1_mlp_proj_bias[i_d_model_3]);
-        float binary_2 = (in34[i_seq * 16 + i_d_model_3] + linear_2);
+        float linear_2 = dot_2 + w_blocks_1_mlp_proj_bias[i_d_model_3];
+        float binary_2 = in34[i_seq * 16 + i_d_model_3] + linear_2;
         float d = binary_2 - mu;
         sq += d * d;
     }
@@ -405,9 +414,9 @@ extern "C" __global__ void k39_linear_binary_layernorm(
         for (int i_d_ff_3 = 0; i_d_ff_3 < 24; ++i_d_ff_3) {
             dot_3 += in37[i_seq * 24 + i_d_ff_3] * w_blocks_1_mlp_proj_weight[i_d_model * 24 + i_d_ff_3];
         }
-        float linear_3 = (dot_3 + w_blocks_1_mlp_proj_bias[i_d_model]);
-        float binary_3 = (in34[i_seq * 16 + i_d_model] + linear_3);
-        float layernorm = (((binary_3 - mu) * rstd) * w_ln_f_weight[i_d_model] + w_ln_f_bias[i_d_model]);
+        float linear_3 = dot_3 + w_blocks_1_mlp_proj_bias[i_d_model];
+        float binary_3 = in34[i_seq * 16 + i_d_model] + linear_3;
+        float layernorm = (binary_3 - mu) * rstd * w_ln_f_weight[i_d_model] + w_ln_f_bias[i_d_model];
         out40[i_seq * 16 + i_d_model] = layernorm;
     }
 }
@@ -458,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(256) k13_linear(
     #pragma unroll
     for (int r = 0; r < 16; ++r) {
         if ((m0 + ty + 16 * (r / 4)) < 13 && (n0 + tx + 16 * (r % 4)) < 11) {
-            out41[((m0 + ty + 16 * (r / 4))) * 11 + (n0 + tx + 16 * (r % 4))] = acc[r];
+            out41[((m0 + ty + 16 * (r / 4))) * 11 + ((n0 + tx + 16 * (r % 4)))] = acc[r];
         }
     }
 }

@@ -24,7 +24,7 @@ extern "C" __global__ void k0_layernorm(
     }
     float rstd = rsqrt(sq * 0.07692307692307693f + 1e-05f);
     for (int i_d = 0; i_d < 13; ++i_d) {
-        float layernorm = (((in0[i_s * 13 + i_d] - mu) * rstd) * w_layernorm_weight[i_d] + w_layernorm_bias[i_d]);
+        float layernorm = (in0[i_s * 13 + i_d] - mu) * rstd * w_layernorm_weight[i_d] + w_layernorm_bias[i_d];
         out1[i_s * 13 + i_d] = layernorm;
     }
 }

@@ -49,8 +49,8 @@ extern "C" __global__ void __launch_bounds__(256) k1_linear_unary(
     #pragma unroll
     for (int r = 0; r < 16; ++r) {
         if ((m0 + ty + 16 * (r / 4)) < 7 && (n0 + tx + 16 * (r % 4)) < 29) {
-            float unary = (0.5f * (acc[r] + w_fc_bias[(n0 + tx + 16 * (r % 4))]) * (1.0f + erf((acc[r] + w_fc_bias[(n0 + tx + 16 * (r % 4))]) * 0.70710678118654752f)));
-            out2[((m0 + ty + 16 * (r / 4))) * 29 + (n0 + tx + 16 * (r % 4))] = unary;
+            float unary = 0.5f * ((acc[r] + w_fc_bias[(n0 + tx + 16 * (r % 4))])) * (1.0f + erf(((acc[r] + w_fc_bias[(n0 + tx + 16 * (r % 4))])) * 0.70710678118654752f));
+            out2[((m0 + ty + 16 * (r / 4))) * 29 + ((n0 + tx + 16 * (r % 4)))] = unary;
         }
     }
 }
@@ -102,7 +102,7 @@ extern "C" __global__ void __launch_bounds__(256) k2_linear(
     #pragma unroll
     for (int r = 0; r < 16; ++r) {
         if ((m0 + ty + 16 * (r / 4)) < 7 && (n0 + tx + 16 * (r % 4)) < 13) {
-            out3[((m0 + ty + 16 * (r / 4))) * 13 + (n0 + tx + 16 * (r % 4))] = (acc[r] + w_proj_bias[(n0 + tx + 16 * (r % 4))]);
+            out3[((m0 + ty + 16 * (r / 4))) * 13 + ((n0 + tx + 16 * (r % 4)))] = (acc[r] + w_proj_bias[(n0 + tx + 16 * (r % 4))]);
         }
     }
 }

@@ -22,7 +22,7 @@ extern "C" __global__ void k0_softmax(
     }
     float inv = 1.0f / den;
     for (int i_x = 0; i_x < 13; ++i_x) {
-        float softmax = (out1[i_r * 13 + i_x] * inv);
+        float softmax = out1[i_r * 13 + i_x] * inv;
         out1[i_r * 13 + i_x] = softmax;
     }
 }

@@ -21,8 +21,8 @@ __kernel void k0_einsum_scale_causal_mask_softmax(
 {
     const int gid = (int)get_global_id(0);
     if (gid >= 8) return;
-    const int i_q = (gid % 4) * 4;
-    const int i_h = (gid / 4);
+    const int i_q = gid % 4 * 4;
+    const int i_h = gid / 4;
     const int i_q_0 = min(i_q + 0, 12);
     const int i_q_1 = min(i_q + 1, 12);
     const int i_q_2 = min(i_q + 2, 12);
@@ -30,19 +30,27 @@ __kernel void k0_einsum_scale_causal_mask_softmax(
     float m = -3.402823466e38f;
     float l = 0.0f;
     float acc[5];
-    for (int j = 0; j < 5; ++j) acc[j] = 0.0f;
+    for (int j = 0; j < 5; ++j) {
+        acc[j] = 0.0f;
+    }
     float m_2 = -3.402823466e38f;
     float l_2 = 0.0f;
     float acc_2[5];
-    for (int j = 0; j < 5; ++j) acc_2[j] = 0.0f;
+    for (int j = 0; j < 5; ++j) {
+        acc_2[j] = 0.0f;
+    }
     float m_3 = -3.402823466e38f;
     float l_3 = 0.0f;
     float acc_3[5];
-    for (int j = 0; j < 5; ++j) acc_3[j] = 0.0f;
+    for (int j = 0; j < 5; ++j) {
+        acc_3[j] = 0.0f;
+    }
     float m_4 = -3.402823466e38f;
     float l_4 = 0.0f;
     float acc_4[5];
-    for (int j = 0; j < 5; ++j) acc_4[j] = 0.0f;
+    for (int j = 0; j < 5; ++j) {
+        acc_4[j] = 0.0f;
+    }
     const int lim = min(13, i_q_3 + 1);
     for (int i0_x = 0; i0_x < lim; i0_x += 13) {
         float sc[13];
@@ -52,76 +60,104 @@ __kernel void k0_einsum_scale_causal_mask_softmax(
         for (int i_x = i0_x; i_x < i0_x + 13; ++i_x) {
             float dot = 0.0f;
             for (int i_d = 0; i_d < 7; ++i_d) {
-                dot += in0[i_h * 91 + i_q_0 * 7 + i_d] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d];
+                dot += in0[i_h * 91 + i_q_0 * 7 + i_d] * in1[i_h * 91 + min(i_x, 12) * 7 + i_d];
             }
-            float scale = (dot * 0.37796447300922725f);
-            float causal_mask = ((min(i_x, 12)) <= (i_q_0) + 0 ? scale : -INFINITY);
+            float scale = dot * 0.37796447300922725f;
+            float causal_mask = min(i_x, 12) <= i_q_0 + 0 ? scale : -INFINITY;
             sc[i_x - i0_x] = i_x < lim ? causal_mask : -INFINITY;
             float dot_2 = 0.0f;
             for (int i_d_2 = 0; i_d_2 < 7; ++i_d_2) {
-                dot_2 += in0[i_h * 91 + i_q_1 * 7 + i_d_2] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d_2];
+                dot_2 += in0[i_h * 91 + i_q_1 * 7 + i_d_2] * in1[i_h * 91 + min(i_x, 12) * 7 + i_d_2];
             }
-            float scale_2 = (dot_2 * 0.37796447300922725f);
-            float causal_mask_2 = ((min(i_x, 12)) <= (i_q_1) + 0 ? scale_2 : -INFINITY);
+            float scale_2 = dot_2 * 0.37796447300922725f;
+            float causal_mask_2 = min(i_x, 12) <= i_q_1 + 0 ? scale_2 : -INFINITY;
             sc_2[i_x - i0_x] = i_x < lim ? causal_mask_2 : -INFINITY;
             float dot_3 = 0.0f;
             for (int i_d_3 = 0; i_d_3 < 7; ++i_d_3) {
-                dot_3 += in0[i_h * 91 + i_q_2 * 7 + i_d_3] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d_3];
+                dot_3 += in0[i_h * 91 + i_q_2 * 7 + i_d_3] * in1[i_h * 91 + min(i_x, 12) * 7 + i_d_3];
             }
-            float scale_3 = (dot_3 * 0.37796447300922725f);
-            float causal_mask_3 = ((min(i_x, 12)) <= (i_q_2) + 0 ? scale_3 : -INFINITY);
+            float scale_3 = dot_3 * 0.37796447300922725f;
+            float causal_mask_3 = min(i_x, 12) <= i_q_2 + 0 ? scale_3 : -INFINITY;
             sc_3[i_x - i0_x] = i_x < lim ? causal_mask_3 : -INFINITY;
             float dot_4 = 0.0f;
             for (int i_d_4 = 0; i_d_4 < 7; ++i_d_4) {
-                dot_4 += in0[i_h * 91 + i_q_3 * 7 + i_d_4] * in1[i_h * 91 + (min(i_x, 12)) * 7 + i_d_4];
+                dot_4 += in0[i_h * 91 + i_q_3 * 7 + i_d_4] * in1[i_h * 91 + min(i_x, 12) * 7 + i_d_4];
             }
-            float scale_4 = (dot_4 * 0.37796447300922725f);
-            float causal_mask_4 = ((min(i_x, 12)) <= (i_q_3) + 0 ? scale_4 : -INFINITY);
+            float scale_4 = dot_4 * 0.37796447300922725f;
+            float causal_mask_4 = min(i_x, 12) <= i_q_3 + 0 ? scale_4 : -INFINITY;
             sc_4[i_x - i0_x] = i_x < lim ? causal_mask_4 : -INFINITY;
         }
         float mv = sc[0];
-        for (int u = 1; u < 13; ++u) mv = NCD_FMAX_ANY(mv, sc[u]);
+        for (int u = 1; u < 13; ++u) {
+            mv = NCD_FMAX_ANY(mv, sc[u]);
+        }
         float mb = NCD_FMAX_ANY(m, mv);
         float c = exp(m - mb);
         float ps = 0.0f;
-        for (int u = 0; u < 13; ++u) { sc[u] = exp(sc[u] - mb); ps += sc[u]; }
+        for (int u = 0; u < 13; ++u) {
+            sc[u] = exp(sc[u] - mb);
+            ps += sc[u];
+        }
         l = l * c + ps;
         m = mb;
-        for (int j = 0; j < 5; ++j) acc[j] *= c;
+        for (int j = 0; j < 5; ++j) {
+            acc[j] *= c;
+        }
         float mv_2 = sc_2[0];
-        for (int u = 1; u < 13; ++u) mv_2 = NCD_FMAX_ANY(mv_2, sc_2[u]);
+        for (int u = 1; u < 13; ++u) {
+            mv_2 = NCD_FMAX_ANY(mv_2, sc_2[u]);
+        }
         float mb_2 = NCD_FMAX_ANY(m_2, mv_2);
         float c_2 = exp(m_2 - mb_2);
         float ps_2 = 0.0f;
-        for (int u = 0; u < 13; ++u) { sc_2[u] = exp(sc_2[u] - mb_2); ps_2 += sc_2[u]; }
+        for (int u = 0; u < 13; ++u) {
+            sc_2[u] = exp(sc_2[u] - mb_2);
+            ps_2 += sc_2[u];
+        }
         l_2 = l_2 * c_2 + ps_2;
         m_2 = mb_2;
-        for (int j = 0; j < 5; ++j) acc_2[j] *= c_2;
+        for (int j = 0; j < 5; ++j) {
+            acc_2[j] *= c_2;
+        }
         float mv_3 = sc_3[0];
-        for (int u = 1; u < 13; ++u) mv_3 = NCD_FMAX_ANY(mv_3, sc_3[u]);
+        for (int u = 1; u < 13; ++u) {
+            mv_3 = NCD_FMAX_ANY(mv_3, sc_3[u]);
+        }
         float mb_3 = NCD_FMAX_ANY(m_3, mv_3);
         float c_3 = exp(m_3 - mb_3);
         float ps_3 = 0.0f;
-        for (int u = 0; u < 13; ++u) { sc_3[u] = exp(sc_3[u] - mb_3); ps_3 += sc_3[u]; }
+        for (int u = 0; u < 13; ++u) {
+            sc_3[u] = exp(sc_3[u] - mb_3);
+            ps_3 += sc_3[u];
+        }
         l_3 = l_3 * c_3 + ps_3;
         m_3 = mb_3;
-        for (int j = 0; j < 5; ++j) acc_3[j] *= c_3;
+        for (int j = 0; j < 5; ++j) {
+            acc_3[j] *= c_3;
+        }
         float mv_4 = sc_4[0];
-        for (int u = 1; u < 13; ++u) mv_4 = NCD_FMAX_ANY(mv_4, sc_4[u]);
+        for (int u = 1; u < 13; ++u) {
+            mv_4 = NCD_FMAX_ANY(mv_4, sc_4[u]);
+        }
         float mb_4 = NCD_FMAX_ANY(m_4, mv_4);
         float c_4 = exp(m_4 - mb_4);
         float ps_4 = 0.0f;
-        for (int u = 0; u < 13; ++u) { sc_4[u] = exp(sc_4[u] - mb_4); ps_4 += sc_4[u]; }
+        for (int u = 0; u < 13; ++u) {
+            sc_4[u] = exp(sc_4[u] - mb_4);
+            ps_4 += sc_4[u];
+        }
         l_4 = l_4 * c_4 + ps_4;
         m_4 = mb_4;
-        for (int j = 0; j < 5; ++j) acc_4[j] *= c_4;
+        for (int j = 0; j < 5; ++j) {
+            acc_4[j] *= c_4;
+        }
         for (int t = 0; t < 13; ++t) {
             float p = sc[t];
             float p_2 = sc_2[t];
             float p_3 = sc_3[t];
             float p_4 = sc_4[t];
             for (int i_v = 0; i_v < 5; ++i_v) {
-                float val = in2[i_h * 65 + (min(i0_x + t, 12)) * 5 + i_v];
+                float val = in2[i_h * 65 + min(i0_x + t, 12) * 5 + i_v];
                 acc[i_v] += p * val;
                 acc_2[i_v] += p_2 * val;
                 acc_3[i_v] += p_3 * val;
@@ -129,20 +165,20 @@ __kernel void k0_einsum_scale_causal_mask_softmax(
             }
         }
     }
-    float scale_5 = (1.0f / l);
+    float scale_5 = 1.0f / l;
     for (int i_v_2 = 0; i_v_2 < 5; ++i_v_2) {
-        out7[i_h * 65 + i_q_0 * 5 + i_v_2] = (acc[i_v_2] * scale_5);
+        out7[i_h * 65 + i_q_0 * 5 + i_v_2] = acc[i_v_2] * scale_5;
     }
-    float scale_6 = (1.0f / l_2);
+    float scale_6 = 1.0f / l_2;
     for (int i_v_3 = 0; i_v_3 < 5; ++i_v_3) {
-        out7[i_h * 65 + i_q_1 * 5 + i_v_3] = (acc_2[i_v_3] * scale_6);
+        out7[i_h * 65 + i_q_1 * 5 + i_v_3] = acc_2[i_v_3] * scale_6;
     }
-    float scale_7 = (1.0f / l_3);
+    float scale_7 = 1.0f / l_3;
     for (int i_v_4 = 0; i_v_4 < 5; ++i_v_4) {
-        out7[i_h * 65 + i_q_2 * 5 + i_v_4] = (acc_3[i_v_4] * scale_7);
+        out7[i_h * 65 + i_q_2 * 5 + i_v_4] = acc_3[i_v_4] * scale_7;
     }
-    float scale_8 = (1.0f / l_4);
+    float scale_8 = 1.0f / l_4;
     for (int i_v_5 = 0; i_v_5 < 5; ++i_v_5) {
-        out7[i_h * 65 + i_q_3 * 5 + i_v_5] = (acc_4[i_v_5] * scale_8);
+        out7[i_h * 65 + i_q_3 * 5 + i_v_5] = acc_4[i_v_5] * scale_8;
     }
 }

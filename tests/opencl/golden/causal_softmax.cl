@@ -20,8 +20,8 @@ __kernel void k0_causal_mask(
     const int gid = (int)get_global_id(0);
     if (gid >= 91) return;
     const int i_x = gid % 13;
-    const int i_q = (gid / 13);
-    float causal_mask = ((i_x) <= (i_q) + 6 ? in0[i_q * 13 + i_x] : -INFINITY);
+    const int i_q = gid / 13;
+    float causal_mask = i_x <= i_q + 6 ? in0[i_q * 13 + i_x] : -INFINITY;
     out1[i_q * 13 + i_x] = causal_mask;
 }
 
@@ -45,7 +45,7 @@ __kernel void k1_softmax(
     }
     float inv = 1.0f / den;
     for (int i_x = 0; i_x < 13; ++i_x) {
-        float softmax = (out2[i_q * 13 + i_x] * inv);
+        float softmax = out2[i_q * 13 + i_x] * inv;
         out2[i_q * 13 + i_x] = softmax;
     }
 }

@@ -22,12 +22,12 @@ __kernel void k0_embedding_learned_binary(
     const int gid = (int)get_global_id(0);
     if (gid >= 208) return;
     const int i_d_model = gid % 16;
-    const int i_seq = (gid / 16);
+    const int i_seq = gid / 16;
     long id = in0[i_seq];
     int tok = (int)(id < 0 ? 0 : id > 10 ? 10 : id);
     float embedding = w_wte_weight[tok * 16 + i_d_model];
     float learned = w_wpe_weight[i_seq * 16 + i_d_model];
-    float binary = (embedding + learned);
+    float binary = embedding + learned;
     out3[i_seq * 16 + i_d_model] = binary;
 }
 
@@ -43,20 +43,20 @@ __kernel void k1_layernorm(
     const int i_seq = gid;
     float8 sumv = (float8)(0.0f);
     for (int i_d_model_2 = 0; i_d_model_2 < 16; i_d_model_2 += 8) {
-        sumv += (*(__global const ncd_float8u*)(in3 + i_seq * 16 + i_d_model_2));
+        sumv += (*(__global const ncd_float8u*)(in3 + (i_seq * 16 + i_d_model_2)));
     }
     float sum = sumv.s0 + sumv.s1 + sumv.s2 + sumv.s3 + sumv.s4 + sumv.s5 + sumv.s6 + sumv.s7;
     float mu = sum * 0.0625f;
     float8 sqv = (float8)(0.0f);
     for (int i_d_model_3 = 0; i_d_model_3 < 16; i_d_model_3 += 8) {
-        float8 d = (*(__global const ncd_float8u*)(in3 + i_seq * 16 + i_d_model_3)) - mu;
+        float8 d = (*(__global const ncd_float8u*)(in3 + (i_seq * 16 + i_d_model_3))) - mu;
         sqv += d * d;
     }
     float sq = sqv.s0 + sqv.s1 + sqv.s2 + sqv.s3 + sqv.s4 + sqv.s5 + sqv.s6 + sqv.s7;
     float rstd = rsqrt(sq * 0.0625f + 1e-05f);
     for (int i_d_model = 0; i_d_model < 16; i_d_model += 8) {
-        float8 layernorm = ((((*(__global const ncd_float8u*)(in3 + i_seq * 16 + i_d_model)) - mu) * rstd) * (*(__global const ncd_float8u*)(w_blocks_0_ln_1_weight + i_d_model)) + (*(__global const ncd_float8u*)(w_blocks_0_ln_1_bias + i_d_model)));
-        *(__global ncd_float8u*)(out4 + i_seq * 16 + i_d_model) = layernorm;
+        float8 layernorm = ((*(__global const ncd_float8u*)(in3 + (i_seq * 16 + i_d_model))) - mu) * rstd * (*(__global const ncd_float8u*)(w_blocks_0_ln_1_weight + i_d_model)) + (*(__global const ncd_float8u*)(w_blocks_0_ln_1_bias + i_d_model));
+        *(__global ncd_float8u*)(out4 + (i_seq * 16 + i_d_model)) = layernorm;
     }
 }
 
@@ -79,9 +79,9 @@ __kernel void k2_linear_view_linear4(
     const int m3 = min(mb * 4 + 3, 12);
     __global const float* a3 = in4 + m3 * 16;
     const int n0 = min(nb * 2 + 0, 15);
-    __global const float* b0 = w_blocks_0_attn_q_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
+    __global const float* b0 = w_blocks_0_attn_q_weight + n0 / 8 * 128 + n0 % 8 * 16;
     const int n1 = min(nb * 2 + 1, 15);
-    __global const float* b1 = w_blocks_0_attn_q_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
+    __global const float* b1 = w_blocks_0_attn_q_weight + n1 / 8 * 128 + n1 % 8 * 16;
     float8 c0_0 = (float8)(0.0f);
     float8 c0_1 = (float8)(0.0f);
     float8 c1_0 = (float8)(0.0f);
@@ -116,16 +116,16 @@ __kernel void k2_linear_view_linear4(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float8 pv = (float8)(s0_0, s0_1, s1_0, s1_1, s2_0, s2_1, s3_0, s3_1) + (float8)(w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_q_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_q_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    float8 pv = (float8)(s0_0, s0_1, s1_0, s1_1, s2_0, s2_1, s3_0, s3_1) + (float8)(w_blocks_0_attn_q_bias[n0 / 8 * 8 + n0 % 8], w_blocks_0_attn_q_bias[n1 / 8 * 8 + n1 % 8], w_blocks_0_attn_q_bias[n0 / 8 * 8 + n0 % 8], w_blocks_0_attn_q_bias[n1 / 8 * 8 + n1 % 8], w_blocks_0_attn_q_bias[n0 / 8 * 8 + n0 % 8], w_blocks_0_attn_q_bias[n1 / 8 * 8 + n1 % 8], w_blocks_0_attn_q_bias[n0 / 8 * 8 + n0 % 8], w_blocks_0_attn_q_bias[n1 / 8 * 8 + n1 % 8]);
      {
-        if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) out5[m0 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = pv.s0;
-        if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) out5[m0 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = pv.s1;
-        if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) out5[m1 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = pv.s2;
-        if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) out5[m1 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = pv.s3;
-        if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) out5[m2 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = pv.s4;
-        if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) out5[m2 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = pv.s5;
-        if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) out5[m3 * 16 + ((n0 / 8)) * 8 + (n0 % 8)] = pv.s6;
-        if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) out5[m3 * 16 + ((n1 / 8)) * 8 + (n1 % 8)] = pv.s7;
+        if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) out5[m0 * 16 + n0 / 8 * 8 + n0 % 8] = pv.s0;
+        if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) out5[m0 * 16 + n1 / 8 * 8 + n1 % 8] = pv.s1;
+        if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) out5[m1 * 16 + n0 / 8 * 8 + n0 % 8] = pv.s2;
+        if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) out5[m1 * 16 + n1 / 8 * 8 + n1 % 8] = pv.s3;
+        if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) out5[m2 * 16 + n0 / 8 * 8 + n0 % 8] = pv.s4;
+        if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) out5[m2 * 16 + n1 / 8 * 8 + n1 % 8] = pv.s5;
+        if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) out5[m3 * 16 + n0 / 8 * 8 + n0 % 8] = pv.s6;
+        if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) out5[m3 * 16 + n1 / 8 * 8 + n1 % 8] = pv.s7;
     }
 }
 
@@ -148,9 +148,9 @@ __kernel void k2_linear_view_linear5(
     const int m3 = min(mb * 4 + 3, 12);
     __global const float* a3 = in4 + m3 * 16;
     const int n0 = min(nb * 2 + 0, 15);
-    __global const float* b0 = w_blocks_0_attn_k_weight + ((n0 / 8)) * 128 + ((n0 % 8)) * 16;
+    __global const float* b0 = w_blocks_0_attn_k_weight + n0 / 8 * 128 + n0 % 8 * 16;
     const int n1 = min(nb * 2 + 1, 15);
-    __global const float* b1 = w_blocks_0_attn_k_weight + ((n1 / 8)) * 128 + ((n1 % 8)) * 16;
+    __global const float* b1 = w_blocks_0_attn_k_weight + n1 / 8 * 128 + n1 % 8 * 16;
     float8 c0_0 = (float8)(0.0f);
     float8 c0_1 = (float8)(0.0f);
     float8 c1_0 = (float8)(0.0f);
@@ -185,16 +185,16 @@ __kernel void k2_linear_view_linear5(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float8 pv = (float8)(s0_0, s0_1, s1_0, s1_1, s2_0, s2_1, s3_0, s3_1) + (float8)(w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)], w_blocks_0_attn_k_bias[((n0 / 8)) * 8 + (n0 % 8)], w_blocks_0_attn_k_bias[((n1 / 8)) * 8 + (n1 % 8)]);
+    float8 pv = (float8)(s0_0, s0_1, s1_0, s1_1, s2_0, s2_1, s3_0, s3_1) + (float8)(w_blocks_0_attn_k_bias[n0 / 8 * 8 + n0 % 8], w_blocks_0_attn_k_bias[n1 / 8 * 8 + n1 % 8], w_blocks_0_attn_k_bias[n0 / 8 * 8 + n0 % 8], w_blocks_0_attn_k_bias[n1 / 8 * 8 + n1 % 8], w_blocks_0_attn_k_bias[n0 / 8 * 8 + n0 % 8], w_blocks_0_attn_k_bias[n1 / 8 * 8 + n1 % 8], w_blocks_0_attn_k_bias[n0 / 8 * 8 + n0 % 8], w_blocks_0_attn_k_bias[n1 / 8 * 8 + n1 % 8]);
      {
-        if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) out7[((n0 / 8)) * 104 + m0 * 8 + (n0 % 8)] = pv.s0;
-        if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) out7[((n1 / 8)) * 104 + m0 * 8 + (n1 % 8)] = pv.s1;
-        if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) out7[((n0 / 8)) * 104 + m1 * 8 + (n0 % 8)] = pv.s2;
-        if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) out7[((n1 / 8)) * 104 + m1 * 8 + (n1 % 8)] = pv.s3;
-        if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) out7[((n0 / 8)) * 104 + m2 * 8 + (n0 % 8)] = pv.s4;
-        if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) out7[((n1 / 8)) * 104 + m2 * 8 + (n1 % 8)] = pv.s5;
-        if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) out7[((n0 / 8)) * 104 + m3 * 8 + (n0 % 8)] = pv.s6;
-        if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) out7[((n1 / 8)) * 104 + m3 * 8 + (n1 % 8)] = pv.s7;
+        if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) out7[n0 / 8 * 104 + m0 * 8 + n0 % 8] = pv.s0;
+        if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) out7[n1 / 8 * 104 + m0 * 8 + n1 % 8] = pv.s1;
+        if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) out7[n0 / 8 * 104 + m1 * 8 + n0 % 8] = pv.s2;
+        if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) out7[n1 / 8 * 104 + m1 * 8 + n1 % 8] = pv.s3;
+        if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) out7[n0 / 8 * 104 + m2 * 8 + n0 % 8] = pv.s4;
+        if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) out7[n1 / 8 * 104 + m2 * 8 + n1 % 8] = pv.s5;
+        if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) out7[n0 / 8 * 104 + m3 * 8 + n0 % 8] = pv.s6;
+        if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) out7[n1 / 8 * 104 + m3 * 8 + n1 % 8] = pv.s7;
     }
 }
 
@@ -209,7 +209,7 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
     const int gid = (int)get_global_id(0);
     if (gid >= 8) return;
     const int i_heads = gid % 2;
-    const int i_seq = ((gid / 2)) * 4;
+    const int i_seq = gid / 2 * 4;
     const int i_seq_0 = min(i_seq + 0, 12);
     const int i_seq_1 = min(i_seq + 1, 12);
     const int i_seq_2 = min(i_seq + 2, 12);
@@ -217,19 +217,27 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
     float m = -3.402823466e38f;
     float l = 0.0f;
     float8 acc[1];
-    for (int j = 0; j < 1; ++j) acc[j] = (float8)(0.0f);
+    for (int j = 0; j < 1; ++j) {
+        acc[j] = (float8)(0.0f);
+    }
     float m_2 = -3.402823466e38f;
     float l_2 = 0.0f;
     float8 acc_2[1];
-    for (int j = 0; j < 1; ++j) acc_2[j] = (float8)(0.0f);
+    for (int j = 0; j < 1; ++j) {
+        acc_2[j] = (float8)(0.0f);
+    }
     float m_3 = -3.402823466e38f;
     float l_3 = 0.0f;
     float8 acc_3[1];
-    for (int j = 0; j < 1; ++j) acc_3[j] = (float8)(0.0f);
+    for (int j = 0; j < 1; ++j) {
+        acc_3[j] = (float8)(0.0f);
+    }
     float m_4 = -3.402823466e38f;
     float l_4 = 0.0f;
     float8 acc_4[1];
-    for (int j = 0; j < 1; ++j) acc_4[j] = (float8)(0.0f);
+    for (int j = 0; j < 1; ++j) {
+        acc_4[j] = (float8)(0.0f);
+    }
     const int lim = min(13, i_seq_3 + 1);
     for (int i0_seq_k = 0; i0_seq_k < lim; i0_seq_k += 13) {
         float sc[13];
@@ -239,98 +247,126 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
         for (int i_seq_k = i0_seq_k; i_seq_k < i0_seq_k + 13; ++i_seq_k) {
             float dot = 0.0f;
             for (int i_d_head = 0; i_d_head < 8; ++i_d_head) {
-                dot += in5[i_seq_0 * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head];
+                dot += in5[i_seq_0 * 16 + i_heads * 8 + i_d_head] * in7[i_heads * 104 + min(i_seq_k, 12) * 8 + i_d_head];
             }
-            float scale = (dot * 0.3535533905932738f);
-            float causal_mask = ((min(i_seq_k, 12)) <= (i_seq_0) + 0 ? scale : -INFINITY);
+            float scale = dot * 0.3535533905932738f;
+            float causal_mask = min(i_seq_k, 12) <= i_seq_0 + 0 ? scale : -INFINITY;
             sc[i_seq_k - i0_seq_k] = i_seq_k < lim ? causal_mask : -INFINITY;
             float dot_2 = 0.0f;
             for (int i_d_head_2 = 0; i_d_head_2 < 8; ++i_d_head_2) {
-                dot_2 += in5[i_seq_1 * 16 + i_heads * 8 + i_d_head_2] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head_2];
+                dot_2 += in5[i_seq_1 * 16 + i_heads * 8 + i_d_head_2] * in7[i_heads * 104 + min(i_seq_k, 12) * 8 + i_d_head_2];
             }
-            float scale_2 = (dot_2 * 0.3535533905932738f);
-            float causal_mask_2 = ((min(i_seq_k, 12)) <= (i_seq_1) + 0 ? scale_2 : -INFINITY);
+            float scale_2 = dot_2 * 0.3535533905932738f;
+            float causal_mask_2 = min(i_seq_k, 12) <= i_seq_1 + 0 ? scale_2 : -INFINITY;
             sc_2[i_seq_k - i0_seq_k] = i_seq_k < lim ? causal_mask_2 : -INFINITY;
             float dot_3 = 0.0f;
             for (int i_d_head_3 = 0; i_d_head_3 < 8; ++i_d_head_3) {
-                dot_3 += in5[i_seq_2 * 16 + i_heads * 8 + i_d_head_3] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head_3];
+                dot_3 += in5[i_seq_2 * 16 + i_heads * 8 + i_d_head_3] * in7[i_heads * 104 + min(i_seq_k, 12) * 8 + i_d_head_3];
             }
-            float scale_3 = (dot_3 * 0.3535533905932738f);
-            float causal_mask_3 = ((min(i_seq_k, 12)) <= (i_seq_2) + 0 ? scale_3 : -INFINITY);
+            float scale_3 = dot_3 * 0.3535533905932738f;
+            float causal_mask_3 = min(i_seq_k, 12) <= i_seq_2 + 0 ? scale_3 : -INFINITY;
             sc_3[i_seq_k - i0_seq_k] = i_seq_k < lim ? causal_mask_3 : -INFINITY;
             float dot_4 = 0.0f;
             for (int i_d_head_4 = 0; i_d_head_4 < 8; ++i_d_head_4) {
-                dot_4 += in5[i_seq_3 * 16 + i_heads * 8 + i_d_head_4] * in7[i_heads * 104 + (min(i_seq_k, 12)) * 8 + i_d_head_4];
+                dot_4 += in5[i_seq_3 * 16 + i_heads * 8 + i_d_head_4] * in7[i_heads * 104 + min(i_seq_k, 12) * 8 + i_d_head_4];
             }
-            float scale_4 = (dot_4 * 0.3535533905932738f);
-            float causal_mask_4 = ((min(i_seq_k, 12)) <= (i_seq_3) + 0 ? scale_4 : -INFINITY);
+            float scale_4 = dot_4 * 0.3535533905932738f;
+            float causal_mask_4 = min(i_seq_k, 12) <= i_seq_3 + 0 ? scale_4 : -INFINITY;
             sc_4[i_seq_k - i0_seq_k] = i_seq_k < lim ? causal_mask_4 : -INFINITY;
         }
         float mv = sc[0];
-        for (int u = 1; u < 13; ++u) mv = NCD_FMAX_ANY(mv, sc[u]);
+        for (int u = 1; u < 13; ++u) {
+            mv = NCD_FMAX_ANY(mv, sc[u]);
+        }
         float mb = NCD_FMAX_ANY(m, mv);
         float c = exp(m - mb);
         float ps = 0.0f;
-        for (int u = 0; u < 13; ++u) { sc[u] = exp(sc[u] - mb); ps += sc[u]; }
+        for (int u = 0; u < 13; ++u) {
+            sc[u] = exp(sc[u] - mb);
+            ps += sc[u];
+        }
         l = l * c + ps;
         m = mb;
-        for (int j = 0; j < 1; ++j) acc[j] *= c;
+        for (int j = 0; j < 1; ++j) {
+            acc[j] *= c;
+        }
         float mv_2 = sc_2[0];
-        for (int u = 1; u < 13; ++u) mv_2 = NCD_FMAX_ANY(mv_2, sc_2[u]);
+        for (int u = 1; u < 13; ++u) {
+            mv_2 = NCD_FMAX_ANY(mv_2, sc_2[u]);
+        }
         float mb_2 = NCD_FMAX_ANY(m_2, mv_2);
         float c_2 = exp(m_2 - mb_2);
         float ps_2 = 0.0f;
-        for (int u = 0; u < 13; ++u) { sc_2[u] = exp(sc_2[u] - mb_2); ps_2 += sc_2[u]; }
+        for (int u = 0; u < 13; ++u) {
+            sc_2[u] = exp(sc_2[u] - mb_2);
+            ps_2 += sc_2[u];
+        }
         l_2 = l_2 * c_2 + ps_2;
         m_2 = mb_2;
-        for (int j = 0; j < 1; ++j) acc_2[j] *= c_2;
+        for (int j = 0; j < 1; ++j) {
+            acc_2[j] *= c_2;
+        }
         float mv_3 = sc_3[0];
-        for (int u = 1; u < 13; ++u) mv_3 = NCD_FMAX_ANY(mv_3, sc_3[u]);
+        for (int u = 1; u < 13; ++u) {
+            mv_3 = NCD_FMAX_ANY(mv_3, sc_3[u]);
+        }
         float mb_3 = NCD_FMAX_ANY(m_3, mv_3);
         float c_3 = exp(m_3 - mb_3);
         float ps_3 = 0.0f;
-        for (int u = 0; u < 13; ++u) { sc_3[u] = exp(sc_3[u] - mb_3); ps_3 += sc_3[u]; }
+        for (int u = 0; u < 13; ++u) {
+            sc_3[u] = exp(sc_3[u] - mb_3);
+            ps_3 += sc_3[u];
+        }
         l_3 = l_3 * c_3 + ps_3;
         m_3 = mb_3;
-        for (int j = 0; j < 1; ++j) acc_3[j] *= c_3;
+        for (int j = 0; j < 1; ++j) {
+            acc_3[j] *= c_3;
+        }
         float mv_4 = sc_4[0];
-        for (int u = 1; u < 13; ++u) mv_4 = NCD_FMAX_ANY(mv_4, sc_4[u]);
+        for (int u = 1; u < 13; ++u) {
+            mv_4 = NCD_FMAX_ANY(mv_4, sc_4[u]);
+        }
         float mb_4 = NCD_FMAX_ANY(m_4, mv_4);
         float c_4 = exp(m_4 - mb_4);
         float ps_4 = 0.0f;
-        for (int u = 0; u < 13; ++u) { sc_4[u] = exp(sc_4[u] - mb_4); ps_4 += sc_4[u]; }
+        for (int u = 0; u < 13; ++u) {
+            sc_4[u] = exp(sc_4[u] - mb_4);
+            ps_4 += sc_4[u];
+        }
         l_4 = l_4 * c_4 + ps_4;
         m_4 = mb_4;
-        for (int j = 0; j < 1; ++j) acc_4[j] *= c_4;
+        for (int j = 0; j < 1; ++j) {
+            acc_4[j] *= c_4;
+        }
         for (int t = 0; t < 13; ++t) {
             float p = sc[t];
             float p_2 = sc_2[t];
             float p_3 = sc_3[t];
             float p_4 = sc_4[t];
             for (int i_d_head_5 = 0; i_d_head_5 < 8; i_d_head_5 += 8) {
-                float8 val = (*(__global const ncd_float8u*)(in9 + i_heads * 104 + (min(i0_seq_k + t, 12)) * 8 + i_d_head_5));
-                acc[(i_d_head_5) / 8] += p * val;
-                acc_2[(i_d_head_5) / 8] += p_2 * val;
-                acc_3[(i_d_head_5) / 8] += p_3 * val;
-                acc_4[(i_d_head_5) / 8] += p_4 * val;
+                float8 val = (*(__global const ncd_float8u*)(in9 + (i_heads * 104 + min(i0_seq_k + t, 12) * 8 + i_d_head_5)));
+                acc[i_d_head_5 / 8] += p * val;
+                acc_2[i_d_head_5 / 8] += p_2 * val;
+                acc_3[i_d_head_5 / 8] += p_3 * val;
+                acc_4[i_d_head_5 / 8] += p_4 * val;
             }
         }
     }
-    float scale_5 = (1.0f / l);
+    float scale_5 = 1.0f / l;
     for (int i_d_head_6 = 0; i_d_head_6 < 8; i_d_head_6 += 8) {
-        *(__global ncd_float8u*)(out14 + i_seq_0 * 16 + i_heads * 8 + i_d_head_6) = (acc[(i_d_head_6) / 8] * scale_5);
+        *(__global ncd_float8u*)(out14 + (i_seq_0 * 16 + i_heads * 8 + i_d_head_6)) = acc[i_d_head_6 / 8] * scale_5;
     }
-    float scale_6 = (1.0f / l_2);
+    float scale_6 = 1.0f / l_2;
     for (int i_d_head_7 = 0; i_d_head_7 < 8; i_d_head_7 += 8) {
-        *(__global ncd_float8u*)(out14 + i_seq_1 * 16 + i_heads * 8 + i_d_head_7) = (acc_2[(i_d_head_7) / 8] * scale_6);
+        *(__global ncd_float8u*)(out14 + (i_seq_1 * 16 + i_heads * 8 + i_d_head_7)) = acc_2[i_d_head_7 / 8] * scale_6;
     }
-    float scale_7 = (1.0f / l_3);
+    float scale_7 = 1.0f / l_3;
     for (int i_d_head_8 = 0; i_d_head_8 < 8; i_d_head_8 += 8) {
-        *(__global ncd_float8u*)(out14 + i_seq_2 * 16 + i_heads * 8 + i_d_head_8) = (acc_3[(i_d_head_8) / 8] * scale_7);
+        *(__global ncd_float8u*)(out14 + (i_seq_2 * 16 + i_heads * 8 + i_d_head_8)) = acc_3[i_d_head_8 / 8] * scale_7;
     }
-    float scale_8 = (1.0f / l_4);
+    float scale_8 = 1.0f / l_4;
     for (int i_d_head_9 = 0; i_d_head_9 < 8; i_d_head_9 += 8) {
-        *(__global ncd_float8u*)(out14 + i_seq_3 * 16 + i_heads * 8 + i_d_head_9) = (acc_4[(i_d_head_9) / 8] * scale_8);
+        *(__global ncd_float8u*)(out14 + (i_seq_3 * 16 + i_heads * 8 + i_d_head_9)) = acc_4[i_d_head_9 / 8] * scale_8;
     }
 }
 
@@ -391,35 +427,35 @@ __kernel void k4_linear_binary(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float binary = (in3[m0 * 16 + n0] + (s0_0 + w_blocks_0_attn_o_bias[n0]));
+    float binary = in3[m0 * 16 + n0] + ((s0_0 + w_blocks_0_attn_o_bias[n0]));
     if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
         out16[m0 * 16 + n0] = binary;
     }
-    float binary_2 = (in3[m0 * 16 + n1] + (s0_1 + w_blocks_0_attn_o_bias[n1]));
+    float binary_2 = in3[m0 * 16 + n1] + ((s0_1 + w_blocks_0_attn_o_bias[n1]));
     if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
         out16[m0 * 16 + n1] = binary_2;
     }
-    float binary_3 = (in3[m1 * 16 + n0] + (s1_0 + w_blocks_0_attn_o_bias[n0]));
+    float binary_3 = in3[m1 * 16 + n0] + ((s1_0 + w_blocks_0_attn_o_bias[n0]));
     if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
         out16[m1 * 16 + n0] = binary_3;
     }
-    float binary_4 = (in3[m1 * 16 + n1] + (s1_1 + w_blocks_0_attn_o_bias[n1]));
+    float binary_4 = in3[m1 * 16 + n1] + ((s1_1 + w_blocks_0_attn_o_bias[n1]));
     if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
         out16[m1 * 16 + n1] = binary_4;
     }
-    float binary_5 = (in3[m2 * 16 + n0] + (s2_0 + w_blocks_0_attn_o_bias[n0]));
+    float binary_5 = in3[m2 * 16 + n0] + ((s2_0 + w_blocks_0_attn_o_bias[n0]));
     if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
         out16[m2 * 16 + n0] = binary_5;
     }
-    float binary_6 = (in3[m2 * 16 + n1] + (s2_1 + w_blocks_0_attn_o_bias[n1]));
+    float binary_6 = in3[m2 * 16 + n1] + ((s2_1 + w_blocks_0_attn_o_bias[n1]));
     if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
         out16[m2 * 16 + n1] = binary_6;
     }
-    float binary_7 = (in3[m3 * 16 + n0] + (s3_0 + w_blocks_0_attn_o_bias[n0]));
+    float binary_7 = in3[m3 * 16 + n0] + ((s3_0 + w_blocks_0_attn_o_bias[n0]));
     if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
         out16[m3 * 16 + n0] = binary_7;
     }
-    float binary_8 = (in3[m3 * 16 + n1] + (s3_1 + w_blocks_0_attn_o_bias[n1]));
+    float binary_8 = in3[m3 * 16 + n1] + ((s3_1 + w_blocks_0_attn_o_bias[n1]));
     if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
         out16[m3 * 16 + n1] = binary_8;
     }
@@ -483,7 +519,7 @@ __kernel void k18_linear_unary(
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
     float8 pv = (float8)(s0_0, s0_1, s1_0, s1_1, s2_0, s2_1, s3_0, s3_1) + (float8)(w_blocks_0_mlp_fc_bias[n0], w_blocks_0_mlp_fc_bias[n1], w_blocks_0_mlp_fc_bias[n0], w_blocks_0_mlp_fc_bias[n1], w_blocks_0_mlp_fc_bias[n0], w_blocks_0_mlp_fc_bias[n1], w_blocks_0_mlp_fc_bias[n0], w_blocks_0_mlp_fc_bias[n1]);
      {
-        float8 unary = (0.5f * pv * (1.0f + ncd_erf(pv * 0.70710678118654752f)));
+        float8 unary = 0.5f * pv * (1.0f + ncd_erf(pv * 0.70710678118654752f));
         if (mb * 4 + 0 < 13 && nb * 2 + 0 < 24) out19[m0 * 24 + n0] = unary.s0;
         if (mb * 4 + 0 < 13 && nb * 2 + 1 < 24) out19[m0 * 24 + n1] = unary.s1;
         if (mb * 4 + 1 < 13 && nb * 2 + 0 < 24) out19[m1 * 24 + n0] = unary.s2;
@@ -552,35 +588,35 @@ __kernel void k20_linear_binary(
     float s2_1 = dot(c2_1.lo, (float4)(1.0f)) + dot(c2_1.hi, (float4)(1.0f));
     float s3_0 = dot(c3_0.lo, (float4)(1.0f)) + dot(c3_0.hi, (float4)(1.0f));
     float s3_1 = dot(c3_1.lo, (float4)(1.0f)) + dot(c3_1.hi, (float4)(1.0f));
-    float binary = (in16[m0 * 16 + n0] + (s0_0 + w_blocks_0_mlp_proj_bias[n0]));
+    float binary = in16[m0 * 16 + n0] + ((s0_0 + w_blocks_0_mlp_proj_bias[n0]));
     if (mb * 4 + 0 < 13 && nb * 2 + 0 < 16) {
         out21[m0 * 16 + n0] = binary;
     }
-    float binary_2 = (in16[m0 * 16 + n1] + (s0_1 + w_blocks_0_mlp_proj_bias[n1]));
+    float binary_2 = in16[m0 * 16 + n1] + ((s0_1 + w_blocks_0_mlp_proj_bias[n1]));
     if (mb * 4 + 0 < 13 && nb * 2 + 1 < 16) {
         out21[m0 * 16 + n1] = binary_2;
     }
-    float binary_3 = (in16[m1 * 16 + n0] + (s1_0 + w_blocks_0_mlp_proj_bias[n0]));
+    float binary_3 = in16[m1 * 16 + n0] + ((s1_0 + w_blocks_0_mlp_proj_bias[n0]));
     if (mb * 4 + 1 < 13 && nb * 2 + 0 < 16) {
         out21[m1 * 16 + n0] = binary_3;
     }
-    float binary_4 = (in16[m1 * 16 + n1] + (s1_1 + w_blocks_0_mlp_proj_bias[n1]));
+    float binary_4 = in16[m1 * 16 + n1] + ((s1_1 + w_blocks_0_mlp_proj_bias[n1]));
     if (mb * 4 + 1 < 13 && nb * 2 + 1 < 16) {
         out21[m1 * 16 + n1] = binary_4;
     }
-    float binary_5 = (in16[m2 * 16 + n0] + (s2_0 + w_blocks_0_mlp_proj_bias[n0]));
+    float binary_5 = in16[m2 * 16 + n0] + ((s2_0 + w_blocks_0_mlp_proj_bias[n0]));
     if (mb * 4 + 2 < 13 && nb * 2 + 0 < 16) {
         out21[m2 * 16 + n0] = binary_5;
     }
-    float binary_6 = (in16[m2 * 16 + n1] + (s2_1 + w_blocks_0_mlp_proj_bias[n1]));
+    float binary_6 = in16[m2 * 16 + n1] + ((s2_1 + w_blocks_0_mlp_proj_bias[n1]));
     if (mb * 4 + 2 < 13 && nb * 2 + 1 < 16) {
         out21[m2 * 16 + n1] = binary_6;
     }
-    float binary_7 = (in16[m3 * 16 + n0] + (s3_0 + w_blocks_0_mlp_proj_bias[n0]));
+    float binary_7 = in16[m3 * 16 + n0] + ((s3_0 + w_blocks_0_mlp_proj_bias[n0]));
     if (mb * 4 + 3 < 13 && nb * 2 + 0 < 16) {
         out21[m3 * 16 + n0] = binary_7;
     }
-    float binary_8 = (in16[m3 * 16 + n1] + (s3_1 + w_blocks_0_mlp_proj_bias[n1]));
+    float binary_8 = in16[m3 * 16 + n1] + ((s3_1 + w_blocks_0_mlp_proj_bias[n1]));
     if (mb * 4 + 3 < 13 && nb * 2 + 1 < 16) {
         out21[m3 * 16 + n1] = binary_8;
     }
@@ -605,8 +641,8 @@ __kernel void k39_linear_binary_layernorm(
         for (int i_d_ff = 0; i_d_ff < 24; ++i_d_ff) {
             dot += in37[i_seq * 24 + i_d_ff] * w_blocks_1_mlp_proj_weight[i_d_model_2 * 24 + i_d_ff];
         }
-        float linear = (dot + w_blocks_1_mlp_proj_bias[i_d_model_2]);
-        float binary = (in34[i_seq * 16 + i_d_model_2] + linear);
+        float linear = dot + w_blocks_1_mlp_proj_bias[i_d_model_2];
+        float binary = in34[i_seq * 16 + i_d_model_2] + linear;
         sum += binary;
     }
     float mu = sum * 0.0625f;
@@ -616,8 +652,8 @@ __kernel void k39_linear_binary_layernorm(
         for (int i_d_ff_2 = 0; i_d_ff_2 < 24; ++i_d_ff_2) {
             dot_2 += in37[i_seq * 24 + i_d_ff_2] * w_blocks_1_mlp_proj_weight[i_d_model_3 * 24 + i_d_ff_2];
         }
-        float linear_2 = (dot_2 + w_blocks_1_mlp_proj_bias[i_d_model_3]);
-        float binary_2 = (in34[i_seq * 16 + i_d_model_3] + linear_2);
+        float linear_2 = dot_2 + w_blocks_1_mlp_proj_bias[i_d_model_3];
+        float binary_2 = in34[i_seq * 16 + i_d_model_3] + linear_2;
         float d = binary_2 - mu;
         sq += d * d;
     }
@@ -627,9 +663,9 @@ __kernel void k39_linear_binary_layernorm(
         for (int i_d_ff_3 = 0; i_d_ff_3 < 24; ++i_d_ff_3) {
             dot_3 += in37[i_seq * 24 + i_d_ff_3] * w_blocks_1_mlp_proj_weight[i_d_model * 24 + i_d_ff_3];
         }
-        float linear_3 = (dot_3 + w_blocks_1_mlp_proj_bias[i_d_model]);
-        float binary_3 = (in34[i_seq * 16 + i_d_model] + linear_3);
-        float layernorm = (((binary_3 - mu) * rstd) * w_ln_f_weight[i_d_model] + w_ln_f_bias[i_d_model]);
+        float linear_3 = dot_3 + w_blocks_1_mlp_proj_bias[i_d_model];
+        float binary_3 = in34[i_seq * 16 + i_d_model] + linear_3;
+        float layernorm = (binary_3 - mu) * rstd * w_ln_f_weight[i_d_model] + w_ln_f_bias[i_d_model];
         out40[i_seq * 16 + i_d_model] = layernorm;
     }
 }

@@ -21,11 +21,11 @@ __kernel void k0_linear(
     const int gid = (int)get_global_id(0);
     if (gid >= 49) return;
     const int i_e = gid % 7;
-    const int i_s = (gid / 7);
+    const int i_s = gid / 7;
     float dot = 0.0f;
     for (int i_d = 0; i_d < 13; ++i_d) {
         dot += in0[i_s * 13 + i_d] * w_linear_weight[i_e * 13 + i_d];
     }
-    float linear = (dot + w_linear_bias[i_e]);
+    float linear = dot + w_linear_bias[i_e];
     out1[i_s * 7 + i_e] = linear;
 }

@@ -22,13 +22,13 @@ __kernel void k1_linear_unary(
     const int gid = (int)get_global_id(0);
     if (gid >= 203) return;
     const int i_d_ff = gid % 29;
-    const int i_s = (gid / 29);
+    const int i_s = gid / 29;
     float dot = 0.0f;
     for (int i_d_model = 0; i_d_model < 13; ++i_d_model) {
         dot += in0[i_s * 13 + i_d_model] * w_fc_weight[i_d_ff * 13 + i_d_model];
     }
-    float linear = (dot + w_fc_bias[i_d_ff]);
-    float unary = (0.5f * linear * (1.0f + ncd_erf(linear * 0.70710678118654752f)));
+    float linear = dot + w_fc_bias[i_d_ff];
+    float unary = 0.5f * linear * (1.0f + ncd_erf(linear * 0.70710678118654752f));
     out2[i_s * 29 + i_d_ff] = unary;
 }
 
@@ -43,11 +43,11 @@ __kernel void k2_linear(
     const int gid = (int)get_global_id(0);
     if (gid >= 91) return;
     const int i_d_model = gid % 13;
-    const int i_s = (gid / 13);
+    const int i_s = gid / 13;
     float dot = 0.0f;
     for (int i_d_ff = 0; i_d_ff < 29; ++i_d_ff) {
         dot += in2[i_s * 29 + i_d_ff] * w_proj_weight[i_d_model * 29 + i_d_ff];
     }
-    float linear = (dot + w_proj_bias[i_d_model]);
+    float linear = dot + w_proj_bias[i_d_model];
     out3[i_s * 13 + i_d_model] = linear;
 }

@@ -26,7 +26,7 @@ __kernel void k0_rmsnorm(
     }
     float rstd = rsqrt(sq * 0.07692307692307693f + 1e-06f);
     for (int i_d = 0; i_d < 13; ++i_d) {
-        float rmsnorm = (in0[i_s * 13 + i_d] * rstd) * w_rmsnorm_weight[i_d];
+        float rmsnorm = in0[i_s * 13 + i_d] * rstd * w_rmsnorm_weight[i_d];
         out1[i_s * 13 + i_d] = rmsnorm;
     }
 }

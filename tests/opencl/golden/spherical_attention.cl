@@ -20,23 +20,31 @@ __kernel void k0_einsum_l2norm(
 {
     const int gid = (int)get_global_id(0);
     if (gid >= 2) return;
-    const int i_q = (gid) * 4;
+    const int i_q = gid * 4;
     const int i_q_0 = min(i_q + 0, 6);
     const int i_q_1 = min(i_q + 1, 6);
     const int i_q_2 = min(i_q + 2, 6);
     const int i_q_3 = min(i_q + 3, 6);
     float ss = 0.0f;
     float acc[3];
-    for (int j = 0; j < 3; ++j) acc[j] = 0.0f;
+    for (int j = 0; j < 3; ++j) {
+        acc[j] = 0.0f;
+    }
     float ss_2 = 0.0f;
     float acc_2[3];
-    for (int j = 0; j < 3; ++j) acc_2[j] = 0.0f;
+    for (int j = 0; j < 3; ++j) {
+        acc_2[j] = 0.0f;
+    }
     float ss_3 = 0.0f;
     float acc_3[3];
-    for (int j = 0; j < 3; ++j) acc_3[j] = 0.0f;
+    for (int j = 0; j < 3; ++j) {
+        acc_3[j] = 0.0f;
+    }
     float ss_4 = 0.0f;
     float acc_4[3];
-    for (int j = 0; j < 3; ++j) acc_4[j] = 0.0f;
+    for (int j = 0; j < 3; ++j) {
+        acc_4[j] = 0.0f;
+    }
     for (int i0_x = 0; i0_x < 13; i0_x += 13) {
         float sc[13];
         float sc_2[13];
@@ -45,36 +53,44 @@ __kernel void k0_einsum_l2norm(
         for (int i_x = i0_x; i_x < i0_x + 13; ++i_x) {
             float dot = 0.0f;
             for (int i_d = 0; i_d < 5; ++i_d) {
-                dot += in0[i_q_0 * 5 + i_d] * in1[(min(i_x, 12)) * 5 + i_d];
+                dot += in0[i_q_0 * 5 + i_d] * in1[min(i_x, 12) * 5 + i_d];
             }
             sc[i_x - i0_x] = i_x < 13 ? dot : 0.0f;
             float dot_2 = 0.0f;
             for (int i_d_2 = 0; i_d_2 < 5; ++i_d_2) {
-                dot_2 += in0[i_q_1 * 5 + i_d_2] * in1[(min(i_x, 12)) * 5 + i_d_2];
+                dot_2 += in0[i_q_1 * 5 + i_d_2] * in1[min(i_x, 12) * 5 + i_d_2];
             }
             sc_2[i_x - i0_x] = i_x < 13 ? dot_2 : 0.0f;
             float dot_3 = 0.0f;
             for (int i_d_3 = 0; i_d_3 < 5; ++i_d_3) {
-                dot_3 += in0[i_q_2 * 5 + i_d_3] * in1[(min(i_x, 12)) * 5 + i_d_3];
+                dot_3 += in0[i_q_2 * 5 + i_d_3] * in1[min(i_x, 12) * 5 + i_d_3];
             }
             sc_3[i_x - i0_x] = i_x < 13 ? dot_3 : 0.0f;
             float dot_4 = 0.0f;
             for (int i_d_4 = 0; i_d_4 < 5; ++i_d_4) {
-                dot_4 += in0[i_q_3 * 5 + i_d_4] * in1[(min(i_x, 12)) * 5 + i_d_4];
+                dot_4 += in0[i_q_3 * 5 + i_d_4] * in1[min(i_x, 12) * 5 + i_d_4];
             }
             sc_4[i_x - i0_x] = i_x < 13 ? dot_4 : 0.0f;
         }
         float qv = 0.0f;
-        for (int u = 0; u < 13; ++u) qv += sc[u] * sc[u];
+        for (int u = 0; u < 13; ++u) {
+            qv += sc[u] * sc[u];
+        }
         ss += qv;
         float qv_2 = 0.0f;
-        for (int u = 0; u < 13; ++u) qv_2 += sc_2[u] * sc_2[u];
+        for (int u = 0; u < 13; ++u) {
+            qv_2 += sc_2[u] * sc_2[u];
+        }
         ss_2 += qv_2;
         float qv_3 = 0.0f;
-        for (int u = 0; u < 13; ++u) qv_3 += sc_3[u] * sc_3[u];
+        for (int u = 0; u < 13; ++u) {
+            qv_3 += sc_3[u] * sc_3[u];
+        }
         ss_3 += qv_3;
         float qv_4 = 0.0f;
-        for (int u = 0; u < 13; ++u) qv_4 += sc_4[u] * sc_4[u];
+        for (int u = 0; u < 13; ++u) {
+            qv_4 += sc_4[u] * sc_4[u];
+        }
         ss_4 += qv_4;
         for (int t = 0; t < 13; ++t) {
             float p = sc[t];
@@ -82,7 +98,7 @@ __kernel void k0_einsum_l2norm(
             float p_3 = sc_3[t];
             float p_4 = sc_4[t];
             for (int i_v = 0; i_v < 3; ++i_v) {
-                float val = in2[(min(i0_x + t, 12)) * 3 + i_v];
+                float val = in2[min(i0_x + t, 12) * 3 + i_v];
                 acc[i_v] += p * val;
                 acc_2[i_v] += p_2 * val;
                 acc_3[i_v] += p_3 * val;
@@ -92,18 +108,18 @@ __kernel void k0_einsum_l2norm(
     }
     float scale = rsqrt(ss + 1e-12f);
     for (int i_v_2 = 0; i_v_2 < 3; ++i_v_2) {
-        out5[i_q_0 * 3 + i_v_2] = (acc[i_v_2] * scale);
+        out5[i_q_0 * 3 + i_v_2] = acc[i_v_2] * scale;
     }
     float scale_2 = rsqrt(ss_2 + 1e-12f);
     for (int i_v_3 = 0; i_v_3 < 3; ++i_v_3) {
-        out5[i_q_1 * 3 + i_v_3] = (acc_2[i_v_3] * scale_2);
+        out5[i_q_1 * 3 + i_v_3] = acc_2[i_v_3] * scale_2;
     }
     float scale_3 = rsqrt(ss_3 + 1e-12f);
     for (int i_v_4 = 0; i_v_4 < 3; ++i_v_4) {
-        out5[i_q_2 * 3 + i_v_4] = (acc_3[i_v_4] * scale_3);
+        out5[i_q_2 * 3 + i_v_4] = acc_3[i_v_4] * scale_3;
     }
     float scale_4 = rsqrt(ss_4 + 1e-12f);
     for (int i_v_5 = 0; i_v_5 < 3; ++i_v_5) {
-        out5[i_q_3 * 3 + i_v_5] = (acc_4[i_v_5] * scale_4);
+        out5[i_q_3 * 3 + i_v_5] = acc_4[i_v_5] * scale_4;
     }
 }

@@ -33,7 +33,7 @@ __kernel void k0_layernorm(
     }
     float rstd = rsqrt(sq * 0.08333333333333333f + 1e-05f);
     for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
-        float layernorm = (((in0[i_seq * 12 + i_d_model] - mu) * rstd) * w_ln_1_weight[i_d_model] + w_ln_1_bias[i_d_model]);
+        float layernorm = (in0[i_seq * 12 + i_d_model] - mu) * rstd * w_ln_1_weight[i_d_model] + w_ln_1_bias[i_d_model];
         out1[i_seq * 12 + i_d_model] = layernorm;
     }
 }
@@ -49,13 +49,13 @@ __kernel void k1_linear_view_linear1(
     const int gid = (int)get_global_id(0);
     if (gid >= 70) return;
     const int i_d_head = gid % 5;
-    const int i_heads = (gid / 5) % 2;
-    const int i_seq = (gid / 10);
+    const int i_heads = gid / 5 % 2;
+    const int i_seq = gid / 10;
     float dot = 0.0f;
     for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
         dot += in1[i_seq * 12 + i_d_model] * w_attn_q_weight[i_heads * 60 + i_d_head * 12 + i_d_model];
     }
-    float linear = (dot + w_attn_q_bias[i_heads * 5 + i_d_head]);
+    float linear = dot + w_attn_q_bias[i_heads * 5 + i_d_head];
     out2[i_seq * 10 + i_heads * 5 + i_d_head] = linear;
 }
 
@@ -70,13 +70,13 @@ __kernel void k1_linear_view_linear2(
     const int gid = (int)get_global_id(0);
     if (gid >= 70) return;
     const int i_d_head = gid % 5;
-    const int i_heads = (gid / 5) % 2;
-    const int i_seq = (gid / 10);
+    const int i_heads = gid / 5 % 2;
+    const int i_seq = gid / 10;
     float dot = 0.0f;
     for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
         dot += in1[i_seq * 12 + i_d_model] * w_attn_k_weight[i_heads * 60 + i_d_head * 12 + i_d_model];
     }
-    float linear = (dot + w_attn_k_bias[i_heads * 5 + i_d_head]);
+    float linear = dot + w_attn_k_bias[i_heads * 5 + i_d_head];
     out4[i_heads * 35 + i_seq * 5 + i_d_head] = linear;
 }
 
@@ -90,7 +90,7 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
     const int gid = (int)get_global_id(0);
     if (gid >= 4) return;
     const int i_heads = gid % 2;
-    const int i_seq = ((gid / 2)) * 4;
+    const int i_seq = gid / 2 * 4;
     const int i_seq_0 = min(i_seq + 0, 6);
     const int i_seq_1 = min(i_seq + 1, 6);
     const int i_seq_2 = min(i_seq + 2, 6);
@@ -98,19 +98,27 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
     float m = -3.402823466e38f;
     float l = 0.0f;
     float acc[5];
-    for (int j = 0; j < 5; ++j) acc[j] = 0.0f;
+    for (int j = 0; j < 5; ++j) {
+        acc[j] = 0.0f;
+    }
     float m_2 = -3.402823466e38f;
     float l_2 = 0.0f;
     float acc_2[5];
-    for (int j = 0; j < 5; ++j) acc_2[j] = 0.0f;
+    for (int j = 0; j < 5; ++j) {
+        acc_2[j] = 0.0f;
+    }
     float m_3 = -3.402823466e38f;
     float l_3 = 0.0f;
     float acc_3[5];
-    for (int j = 0; j < 5; ++j) acc_3[j] = 0.0f;
+    for (int j = 0; j < 5; ++j) {
+        acc_3[j] = 0.0f;
+    }
     float m_4 = -3.402823466e38f;
     float l_4 = 0.0f;
     float acc_4[5];
-    for (int j = 0; j < 5; ++j) acc_4[j] = 0.0f;
+    for (int j = 0; j < 5; ++j) {
+        acc_4[j] = 0.0f;
+    }
     const int lim = min(7, i_seq_3 + 1);
     for (int i0_seq_k = 0; i0_seq_k < lim; i0_seq_k += 7) {
         float sc[7];
@@ -120,76 +128,104 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
         for (int i_seq_k = i0_seq_k; i_seq_k < i0_seq_k + 7; ++i_seq_k) {
             float dot = 0.0f;
             for (int i_d_head = 0; i_d_head < 5; ++i_d_head) {
-                dot += in2[i_seq_0 * 10 + i_heads * 5 + i_d_head] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head];
+                dot += in2[i_seq_0 * 10 + i_heads * 5 + i_d_head] * in4[i_heads * 35 + min(i_seq_k, 6) * 5 + i_d_head];
             }
-            float scale = (dot * 0.4472135954999579f);
-            float causal_mask = ((min(i_seq_k, 6)) <= (i_seq_0) + 0 ? scale : -INFINITY);
+            float scale = dot * 0.4472135954999579f;
+            float causal_mask = min(i_seq_k, 6) <= i_seq_0 + 0 ? scale : -INFINITY;
             sc[i_seq_k - i0_seq_k] = i_seq_k < lim ? causal_mask : -INFINITY;
             float dot_2 = 0.0f;
             for (int i_d_head_2 = 0; i_d_head_2 < 5; ++i_d_head_2) {
-                dot_2 += in2[i_seq_1 * 10 + i_heads * 5 + i_d_head_2] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head_2];
+                dot_2 += in2[i_seq_1 * 10 + i_heads * 5 + i_d_head_2] * in4[i_heads * 35 + min(i_seq_k, 6) * 5 + i_d_head_2];
             }
-            float scale_2 = (dot_2 * 0.4472135954999579f);
-            float causal_mask_2 = ((min(i_seq_k, 6)) <= (i_seq_1) + 0 ? scale_2 : -INFINITY);
+            float scale_2 = dot_2 * 0.4472135954999579f;
+            float causal_mask_2 = min(i_seq_k, 6) <= i_seq_1 + 0 ? scale_2 : -INFINITY;
             sc_2[i_seq_k - i0_seq_k] = i_seq_k < lim ? causal_mask_2 : -INFINITY;
             float dot_3 = 0.0f;
             for (int i_d_head_3 = 0; i_d_head_3 < 5; ++i_d_head_3) {
-                dot_3 += in2[i_seq_2 * 10 + i_heads * 5 + i_d_head_3] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head_3];
+                dot_3 += in2[i_seq_2 * 10 + i_heads * 5 + i_d_head_3] * in4[i_heads * 35 + min(i_seq_k, 6) * 5 + i_d_head_3];
             }
-            float scale_3 = (dot_3 * 0.4472135954999579f);
-            float causal_mask_3 = ((min(i_seq_k, 6)) <= (i_seq_2) + 0 ? scale_3 : -INFINITY);
+            float scale_3 = dot_3 * 0.4472135954999579f;
+            float causal_mask_3 = min(i_seq_k, 6) <= i_seq_2 + 0 ? scale_3 : -INFINITY;
             sc_3[i_seq_k - i0_seq_k] = i_seq_k < lim ? causal_mask_3 : -INFINITY;
             float dot_4 = 0.0f;
             for (int i_d_head_4 = 0; i_d_head_4 < 5; ++i_d_head_4) {
-                dot_4 += in2[i_seq_3 * 10 + i_heads * 5 + i_d_head_4] * in4[i_heads * 35 + (min(i_seq_k, 6)) * 5 + i_d_head_4];
+                dot_4 += in2[i_seq_3 * 10 + i_heads * 5 + i_d_head_4] * in4[i_heads * 35 + min(i_seq_k, 6) * 5 + i_d_head_4];
             }
-            float scale_4 = (dot_4 * 0.4472135954999579f);
-            float causal_mask_4 = ((min(i_seq_k, 6)) <= (i_seq_3) + 0 ? scale_4 : -INFINITY);
+            float scale_4 = dot_4 * 0.4472135954999579f;
+            float causal_mask_4 = min(i_seq_k, 6) <= i_seq_3 + 0 ? scale_4 : -INFINITY;
             sc_4[i_seq_k - i0_seq_k] = i_seq_k < lim ? causal_mask_4 : -INFINITY;
         }
         float mv = sc[0];
-        for (int u = 1; u < 7; ++u) mv = NCD_FMAX_ANY(mv, sc[u]);
+        for (int u = 1; u < 7; ++u) {
+            mv = NCD_FMAX_ANY(mv, sc[u]);
+        }
         float mb = NCD_FMAX_ANY(m, mv);
         float c = exp(m - mb);
         float ps = 0.0f;
-        for (int u = 0; u < 7; ++u) { sc[u] = exp(sc[u] - mb); ps += sc[u]; }
+        for (int u = 0; u < 7; ++u) {
+            sc[u] = exp(sc[u] - mb);
+            ps += sc[u];
+        }
         l = l * c + ps;
         m = mb;
-        for (int j = 0; j < 5; ++j) acc[j] *= c;
+        for (int j = 0; j < 5; ++j) {
+            acc[j] *= c;
+        }
         float mv_2 = sc_2[0];
-        for (int u = 1; u < 7; ++u) mv_2 = NCD_FMAX_ANY(mv_2, sc_2[u]);
+        for (int u = 1; u < 7; ++u) {
+            mv_2 = NCD_FMAX_ANY(mv_2, sc_2[u]);
+        }
         float mb_2 = NCD_FMAX_ANY(m_2, mv_2);
         float c_2 = exp(m_2 - mb_2);
         float ps_2 = 0.0f;
-        for (int u = 0; u < 7; ++u) { sc_2[u] = exp(sc_2[u] - mb_2); ps_2 += sc_2[u]; }
+        for (int u = 0; u < 7; ++u) {
+            sc_2[u] = exp(sc_2[u] - mb_2);
+            ps_2 += sc_2[u];
+        }
         l_2 = l_2 * c_2 + ps_2;
         m_2 = mb_2;
-        for (int j = 0; j < 5; ++j) acc_2[j] *= c_2;
+        for (int j = 0; j < 5; ++j) {
+            acc_2[j] *= c_2;
+        }
         float mv_3 = sc_3[0];
-        for (int u = 1; u < 7; ++u) mv_3 = NCD_FMAX_ANY(mv_3, sc_3[u]);
+        for (int u = 1; u < 7; ++u) {
+            mv_3 = NCD_FMAX_ANY(mv_3, sc_3[u]);
+        }
         float mb_3 = NCD_FMAX_ANY(m_3, mv_3);
         float c_3 = exp(m_3 - mb_3);
         float ps_3 = 0.0f;
-        for (int u = 0; u < 7; ++u) { sc_3[u] = exp(sc_3[u] - mb_3); ps_3 += sc_3[u]; }
+        for (int u = 0; u < 7; ++u) {
+            sc_3[u] = exp(sc_3[u] - mb_3);
+            ps_3 += sc_3[u];
+        }
         l_3 = l_3 * c_3 + ps_3;
         m_3 = mb_3;
-        for (int j = 0; j < 5; ++j) acc_3[j] *= c_3;
+        for (int j = 0; j < 5; ++j) {
+            acc_3[j] *= c_3;
+        }
         float mv_4 = sc_4[0];
-        for (int u = 1; u < 7; ++u) mv_4 = NCD_FMAX_ANY(mv_4, sc_4[u]);
+        for (int u = 1; u < 7; ++u) {
+            mv_4 = NCD_FMAX_ANY(mv_4, sc_4[u]);
+        }
         float mb_4 = NCD_FMAX_ANY(m_4, mv_4);
         float c_4 = exp(m_4 - mb_4);
         float ps_4 = 0.0f;
-        for (int u = 0; u < 7; ++u) { sc_4[u] = exp(sc_4[u] - mb_4); ps_4 += sc_4[u]; }
+        for (int u = 0; u < 7; ++u) {
+            sc_4[u] = exp(sc_4[u] - mb_4);
+            ps_4 += sc_4[u];
+        }
         l_4 = l_4 * c_4 + ps_4;
         m_4 = mb_4;
-        for (int j = 0; j < 5; ++j) acc_4[j] *= c_4;
+        for (int j = 0; j < 5; ++j) {
+            acc_4[j] *= c_4;
+        }
         for (int t = 0; t < 7; ++t) {
             float p = sc[t];
             float p_2 = sc_2[t];
             float p_3 = sc_3[t];
             float p_4 = sc_4[t];
             for (int i_d_head_5 = 0; i_d_head_5 < 5; ++i_d_head_5) {
-                float val = in6[i_heads * 35 + (min(i0_seq_k + t, 6)) * 5 + i_d_head_5];
+                float val = in6[i_heads * 35 + min(i0_seq_k + t, 6) * 5 + i_d_head_5];
                 acc[i_d_head_5] += p * val;
                 acc_2[i_d_head_5] += p_2 * val;
                 acc_3[i_d_head_5] += p_3 * val;
@@ -197,21 +233,21 @@ __kernel void k2_einsum_scale_causal_mask_softmax(
             }
         }
     }
-    float scale_5 = (1.0f / l);
+    float scale_5 = 1.0f / l;
     for (int i_d_head_6 = 0; i_d_head_6 < 5; ++i_d_head_6) {
-        out11[i_seq_0 * 10 + i_heads * 5 + i_d_head_6] = (acc[i_d_head_6] * scale_5);
+        out11[i_seq_0 * 10 + i_heads * 5 + i_d_head_6] = acc[i_d_head_6] * scale_5;
     }
-    float scale_6 = (1.0f / l_2);
+    float scale_6 = 1.0f / l_2;
     for (int i_d_head_7 = 0; i_d_head_7 < 5; ++i_d_head_7) {
-        out11[i_seq_1 * 10 + i_heads * 5 + i_d_head_7] = (acc_2[i_d_head_7] * scale_6);
+        out11[i_seq_1 * 10 + i_heads * 5 + i_d_head_7] = acc_2[i_d_head_7] * scale_6;
     }
-    float scale_7 = (1.0f / l_3);
+    float scale_7 = 1.0f / l_3;
     for (int i_d_head_8 = 0; i_d_head_8 < 5; ++i_d_head_8) {
-        out11[i_seq_2 * 10 + i_heads * 5 + i_d_head_8] = (acc_3[i_d_head_8] * scale_7);
+        out11[i_seq_2 * 10 + i_heads * 5 + i_d_head_8] = acc_3[i_d_head_8] * scale_7;
     }
-    float scale_8 = (1.0f / l_4);
+    float scale_8 = 1.0f / l_4;
     for (int i_d_head_9 = 0; i_d_head_9 < 5; ++i_d_head_9) {
-        out11[i_seq_3 * 10 + i_heads * 5 + i_d_head_9] = (acc_4[i_d_head_9] * scale_8);
+        out11[i_seq_3 * 10 + i_heads * 5 + i_d_head_9] = acc_4[i_d_head_9] * scale_8;
     }
 }
 
@@ -227,15 +263,15 @@ __kernel void k3_linear_binary(
     const int gid = (int)get_global_id(0);
     if (gid >= 84) return;
     const int i_d_model = gid % 12;
-    const int i_seq = (gid / 12);
+    const int i_seq = gid / 12;
     float dot = 0.0f;
     for (int i_heads = 0; i_heads < 2; ++i_heads) {
         for (int i_d_head = 0; i_d_head < 5; ++i_d_head) {
             dot += in11[i_seq * 10 + i_heads * 5 + i_d_head] * w_attn_o_weight[i_d_model * 10 + i_heads * 5 + i_d_head];
         }
     }
-    float linear = (dot + w_attn_o_bias[i_d_model]);
-    float binary = (in0[i_seq * 12 + i_d_model] + linear);
+    float linear = dot + w_attn_o_bias[i_d_model];
+    float binary = in0[i_seq * 12 + i_d_model] + linear;
     out13[i_seq * 12 + i_d_model] = binary;
 }
 
@@ -250,13 +286,13 @@ __kernel void k15_linear_unary(
     const int gid = (int)get_global_id(0);
     if (gid >= 91) return;
     const int i_d_ff = gid % 13;
-    const int i_seq = (gid / 13);
+    const int i_seq = gid / 13;
     float dot = 0.0f;
     for (int i_d_model = 0; i_d_model < 12; ++i_d_model) {
         dot += in14[i_seq * 12 + i_d_model] * w_mlp_fc_weight[i_d_ff * 12 + i_d_model];
     }
-    float linear = (dot + w_mlp_fc_bias[i_d_ff]);
-    float unary = (0.5f * linear * (1.0f + ncd_erf(linear * 0.70710678118654752f)));
+    float linear = dot + w_mlp_fc_bias[i_d_ff];
+    float unary = 0.5f * linear * (1.0f + ncd_erf(linear * 0.70710678118654752f));
     out16[i_seq * 13 + i_d_ff] = unary;
 }
 
@@ -272,12 +308,12 @@ __kernel void k17_linear_binary(
     const int gid = (int)get_global_id(0);
     if (gid >= 84) return;
     const int i_d_model = gid % 12;
-    const int i_seq = (gid / 12);
+    const int i_seq = gid / 12;
     float dot = 0.0f;
     for (int i_d_ff = 0; i_d_ff < 13; ++i_d_ff) {
         dot += in16[i_seq * 13 + i_d_ff] * w_mlp_proj_weight[i_d_model * 13 + i_d_ff];
     }
-    float linear = (dot + w_mlp_proj_bias[i_d_model]);
-    float binary = (in13[i_seq * 12 + i_d_model] + linear);
+    float linear = dot + w_mlp_proj_bias[i_d_model];
+    float binary = in13[i_seq * 12 + i_d_model] + linear;
     out18[i_seq * 12 + i_d_model] = binary;
 }

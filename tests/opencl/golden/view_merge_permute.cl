@@ -20,7 +20,7 @@ __kernel void k0_view(
     const int gid = (int)get_global_id(0);
     if (gid >= 105) return;
     const int i_b = gid % 7;
-    const int i_c_a = (gid / 7);
-    float view = in0[((i_c_a % 3)) * 35 + i_b * 5 + ((i_c_a / 3) % 5)];
+    const int i_c_a = gid / 7;
+    float view = in0[i_c_a % 3 * 35 + i_b * 5 + i_c_a / 3 % 5];
     out1[i_c_a * 7 + i_b] = view;
 }

@@ -210,7 +210,9 @@ def _vector_epilogue(
     vt = gen.dialect.vector(gen.ctype, VW)
     packed = f"({vt})({', '.join(sums[ij] for ij in order)})"
     if lin.op.bias:
-        packed += f" + ({vt})({', '.join(gen.param(lin, 'bias', cols[j][1]) for _, j in order)})"
+        packed += (
+            f" + ({vt})({', '.join(gen.c(gen.param(lin, 'bias', cols[j][1])) for _, j in order)})"
+        )
     pv = gen.unique("pv")
     w.line(f"{vt} {pv} = {packed};")
     lane = gen.unique("lane")

@@ -92,6 +92,9 @@ class Dialect:
     inf: str = "INFINITY"  # float32's infinity, kept for callers; the generator uses ``infinity``
     preamble: str = ""
     math: Mapping[str, str] = attrs.field(factory=lambda: dict(C_MATH), converter=_frozen_map)
+    #: ``"name:dtype"`` -> the builtin for that intrinsic at that arithmetic type, where it
+    #: differs from ``math`` (which serves every dtype: C's overloaded builtins)
+    intrinsics: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
     #: Attribute fixing a kernel's work-group shape (``{x} {y} {z}``, ``{n}`` their product); ""
     #: for none. OpenCL writes it on the line before the kernel, CUDA (``attr_inline``) between
     #: the return type and the name (``__launch_bounds__``).
@@ -235,6 +238,10 @@ class Dialect:
     def fn(self, name: str) -> str:
         """The builtin spelling of the portable math function ``name``."""
         return self.math.get(name, name)
+
+    def intrinsic(self, name: str, dtype: str) -> str:
+        """The builtin computing the portable function ``name`` on ``dtype`` operands."""
+        return self.intrinsics.get(f"{name}:{dtype}") or self.fn(name)
 
     def gid(self, d: int, wide: bool = False) -> str:
         return (self.global_id64 if wide else self.global_id).format(d=d)

@@ -16,6 +16,7 @@ import attrs
 
 from ncd.axis import Axis
 from ncd.codegen.dialect import C_TYPES
+from ncd.codegen.ir import Const, Expr, Raw, as_expr
 from ncd.errors import ScheduleError
 
 __all__ = ["CTYPES", "Buffer", "Dim", "Layouts", "Size", "ceil_div", "evaluate", "row_major"]
@@ -185,7 +186,7 @@ class Buffer:
         axis would read the diagonal, so such a buffer is addressed by position only."""
         return len(set(self.axes)) != len(self.axes)
 
-    def address(self, index: Mapping[Axis, str]) -> str:
+    def address(self, index: Mapping[Axis, Expr | str]) -> Expr:
         """The element offset for index expressions given by axis."""
         if self.repeats:
             raise ScheduleError(
@@ -200,23 +201,23 @@ class Buffer:
             )
         return self.address_at([index[a] for a in self.axes])
 
-    def address_at(self, exprs: Sequence[str]) -> str:
-        """The element offset for one index expression per storage position."""
+    def address_at(self, exprs: Sequence[Expr | str]) -> Expr:
+        """The element offset (an IR expression) for one index expression per storage position
+        (IR, or a template's C text)."""
         if len(exprs) != len(self.axes):
             raise ScheduleError(
                 f"buffer {self.name} has {len(self.axes)} axes, addressed with "
                 f"{len(exprs)} index expressions (a code generation bug)"
             )
-        terms = []
+        total: Expr | None = None
         for e, s in zip(exprs, self.strides, strict=True):
-            if e == "0":
+            x = as_expr(e)
+            if x == Const(0, x.type) or (isinstance(x, Raw) and x.text == "0"):
                 continue
-            terms.append(e if isinstance(s, int) and s == 1 else f"{_paren(e)} * {s}")
-        return " + ".join(terms) or "0"
-
-
-def _paren(e: str) -> str:
-    return e if e.isidentifier() or e.isdigit() else f"({e})"
+            if not (isinstance(s, int) and s == 1):
+                x = x * (s if isinstance(s, int) else Raw(str(s), x.type))
+            total = x if total is None else total + x
+        return Const(0, "int32") if total is None else total
 
 
 def nbytes(buf: Buffer) -> int:

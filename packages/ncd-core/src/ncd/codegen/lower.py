@@ -15,15 +15,18 @@ from __future__ import annotations
 import math
 import re
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 import attrs
 
 from ncd.axis import Axis
+from ncd.codegen import ir
 from ncd.codegen.dialect import Dialect
+from ncd.codegen.ir import Expr
 from ncd.codegen.layout import Buffer, Dim, Layouts, Size, ceil_div, row_major
-from ncd.codegen.source import Writer, kind_hint, sanitize
+from ncd.codegen.render import render_expr
+from ncd.codegen.source import Writer, kind_hint, names_in, sanitize
 from ncd.dtypes import dtype as to_dtype
 from ncd.errors import ScheduleError
 from ncd.graph import Node
@@ -31,7 +34,11 @@ from ncd.kernel import Kernel
 from ncd.sizes import WindowSize
 from ncd.walk import rule_for
 
-__all__ = ["KernelGen", "KernelSource", "render_kernel"]
+__all__ = ["Index", "KernelGen", "KernelSource", "render_kernel"]
+
+#: an index expression by axis: IR, or a template's C text
+Index = Mapping[Axis, Expr | str]
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -113,6 +120,8 @@ class KernelGen:
         #: arithmetic format and its C type (float16/bfloat16 storage computes in float32)
         self.cdtype = arith_dtype(kernel, dialect)
         self.ctype = dialect.ctype(self.cdtype)
+        #: the IR type of index variables (``itype`` is its C spelling)
+        self.ityp = "int64" if self.wide else "int32"
         self.rounded: set[str] = set()  # formats whose rounding the kernel's text calls
 
     @property
@@ -124,6 +133,28 @@ class KernelGen:
     def index_lit(self, n: Size) -> str:
         """An index constant of type ``itype`` (so ``min(i, n)`` picks one overload)."""
         return f"({self.itype}){n}" if self.wide else str(n)
+
+    def index_const(self, n: Size) -> Expr:
+        """``index_lit`` as an expression: a size of type ``itype`` (cast when 64-bit)."""
+        return ir.Convert(self.ix(n), self.ityp) if self.wide else self.ix(n)
+
+    @property
+    def vt(self) -> str:
+        """The IR type of the arithmetic vector (vector mode)."""
+        return ir.vector_of(self.cdtype, self.dialect.vector_width)
+
+    def ix(self, n: Size | Expr | str) -> Expr:
+        """An index expression of type ``ityp``: a size (bound: a constant; run time: its size
+        argument's expression), an expression, or a template's text."""
+        if isinstance(n, Expr):
+            return n
+        if isinstance(n, int):
+            return ir.Const(n, self.ityp)
+        return ir.Raw(str(n), self.ityp)
+
+    def c(self, e: Expr | str) -> str:
+        """The text of ``e`` in this kernel's dialect (for templates written as text)."""
+        return e if isinstance(e, str) else render_expr(e, self.dialect)
 
     # -- names and buffers -------------------------------------------------------------------------
     def unique(self, hint: str, prefix: str = "v") -> str:
@@ -148,15 +179,16 @@ class KernelGen:
             return s
         return self._run_time_size(axis, ())
 
-    def split(self, axes: Sequence[Axis], flat: str) -> dict[Axis, str]:
+    def split(self, axes: Sequence[Axis], flat: Expr | str) -> dict[Axis, Expr]:
         """Index expressions of ``axes`` (row-major) from one flattened index expression."""
-        env: dict[Axis, str] = {}
+        env: dict[Axis, Expr] = {}
         step: Size = 1
         total = math.prod(self.size(a) for a in axes)
+        whole = self.ix(flat)
         for a in reversed(axes):
             n = self.size(a)
-            q = flat if isinstance(step, int) and step == 1 else f"({flat} / {step})"
-            env[a] = q if step * n == total else f"({q} % {n})"
+            q = whole if isinstance(step, int) and step == 1 else whole / self.ix(step)
+            env[a] = q if step * n == total else q % self.ix(n)
             step *= n
         return env
 
@@ -212,9 +244,11 @@ class KernelGen:
                 self._free[root] = (var.label, var.axes[0].uid)
         return self._free
 
-    def recip(self, n: Size) -> str:
+    def recip(self, n: Size) -> Expr:
         """The float ``1 / n`` of a size (a literal when bound)."""
-        return self.lit(1.0 / n) if isinstance(n, int) else f"({self.lit(1.0)} / ({self.ctype}){n})"
+        if isinstance(n, int):
+            return self.lit(1.0 / n)
+        return self.lit(1.0) / ir.Convert(self.ix(n), self.cdtype)
 
     def _sizes(self, axes: Sequence[Axis]) -> dict[Axis, Size]:
         return {a: self.size(a) for a in axes}
@@ -253,10 +287,10 @@ class KernelGen:
             )
         return self.buffers[key]
 
-    def param(self, node: Node, pname: str, index: Mapping[Axis, str]) -> str:
+    def param(self, node: Node, pname: str, index: Index) -> Expr:
         return self.read(self.param_buffer(node, pname), index)
 
-    def param_at(self, node: Node, pname: str, exprs: Sequence[str]) -> str:
+    def param_at(self, node: Node, pname: str, exprs: Sequence[Expr | str]) -> Expr:
         """Parameter ``pname`` at one index expression per axis position (for a table whose
         axes repeat, as the ``(d, d)`` weight of ``linear("d -> d")``)."""
         b = self.param_buffer(node, pname)
@@ -266,95 +300,74 @@ class KernelGen:
     def vtype(self) -> str:
         return self.dialect.vector(self.ctype, self.dialect.vector_width)
 
-    def vector_at(self, b: Buffer, addr: str) -> str:
-        """The vector lvalue at element ``addr`` of ``b`` (a pointer cast, not vload: PoCL
-        compiles vloadN to a library call)."""
-        t = self.dialect.unaligned_vector or self.vtype
-        const = f" {self.dialect.const}" if not b.output else ""
-        return f"*({self.dialect.global_}{const} {t}*)({b.name} + {addr})"
-
-    def in_vector(self, text: str | None = None) -> bool:
-        """Inside a vector loop (or: ``text`` uses a vector loop's index)."""
+    def in_vector(self, e: Expr | str | None = None) -> bool:
+        """Inside a vector loop (or: ``e`` reads a vector loop's index)."""
         if not self.vec_vars:
             return False
-        if text is None:
+        if e is None:
             return any(b.var in self.vec_vars for b in self.w.stack)
-        return any(re.search(rf"\b{v}\b", text) for v in self.vec_vars)
+        return not self.vec_vars.isdisjoint(names_in(e))
 
-    def write_target(self, b: Buffer, index: Mapping[Axis, str]) -> str:
-        """The lvalue of ``b`` at ``index`` (a vector inside a vector loop along ``b``)."""
-        addr = b.address(index)
-        return self.vector_at(b, addr) if self.in_vector(addr) else f"{b.name}[{addr}]"
-
-    def store(self, b: Buffer, index: Mapping[Axis, str], value: str) -> None:
+    def store(self, b: Buffer, index: Index, value: Expr | str) -> None:
         """Write ``value`` (arithmetic type) to ``b`` at ``index``, converted to ``b``'s format
-        (a vector store inside a vector loop along ``b``: float32 through ``vector_at``, the
-        pointer cast its kernels have always used, other formats through the dialect)."""
+        (a vector store inside a vector loop along ``b``)."""
         addr = b.address(index)
-        if self.in_vector(addr) and b.dtype != "float32":
-            put = self.dialect.vector_store(
-                b.dtype, f"{b.name} + {addr}", self.dialect.global_, value
-            )
-            assert put is not None  # the vector template checked ``Dialect.vectorises``
-            self.w.line(put)
-        elif self.in_vector(addr):
-            self.w.line(f"{self.vector_at(b, addr)} = {value};")
-        else:
-            self.w.line(self.dialect.store(b.dtype, b.name, addr, value))
+        lanes = self.dialect.vector_width if self.in_vector(addr) else 1
+        self.w.line(ir.Store(b.name, addr, ir.as_expr(value, self.cdtype), b.dtype, lanes))
 
-    def read(self, b: Buffer, index: Mapping[Axis, str]) -> str:
+    def read(self, b: Buffer, index: Index) -> Expr:
         return self.read_addr(b, b.address(index))
 
-    def read_addr(self, b: Buffer, addr: str) -> str:
-        """``b`` at element offset ``addr`` (a vector inside a vector loop along ``b``)."""
-        if self.in_vector(addr) and b.dtype != "float32":  # a reduced format, converted
-            got = self.dialect.vector_load(b.dtype, f"{b.name} + {addr}", self.dialect.global_)
-            assert got is not None  # the vector template checked ``Dialect.vectorises``
-            return f"({got})"
-        if self.in_vector(addr):  # unit stride along the vector axis (checked by the template)
-            return f"({self.vector_at(b, addr)})"
-        scalar = self.dialect.load(b.dtype, b.name, addr)
+    def read_addr(self, b: Buffer, addr: Expr) -> Expr:
+        """``b`` at element offset ``addr`` (a vector inside a vector loop along ``b``, unit
+        stride there: the vector template checked it), in its arithmetic type."""
+        arith = self.cdtype if b.dtype in self.dialect.compute else str(b.dtype)
+        if self.in_vector(addr):
+            lanes = self.dialect.vector_width
+            return ir.Load(b.name, addr, b.dtype, self.vt, lanes, const=not b.output)
         if self.in_vector() and b.dtype in self.dialect.compute:
-            return f"(({self.vtype})({scalar}))"
-        return scalar
+            return ir.Load(b.name, addr, b.dtype, self.vt)  # one element in every lane
+        return ir.Load(b.name, addr, b.dtype, arith)
 
     def accumulate(
         self,
         axes: tuple[Axis, ...],
-        index: Mapping[Axis, str],
+        index: Index,
         kind: str,
         term: Any,
         hint: str = "acc",
         nan: bool = True,
-    ) -> str:
+    ) -> Expr:
         """``kind`` (sum | max | min) of ``term(index)`` over ``axes``; a scalar variable.
         ``nan=False``: a max/min that may drop NaN operands (``fmax_any``)."""
-        any_ = "" if nan else "_any"
         init = {"sum": self.lit(0.0), "max": self.lit(-math.inf), "min": self.lit(math.inf)}[kind]
-        step = {
-            "sum": "{a} += {t};",
-            "max": "{a} = " + self.fn("fmax" + any_) + "({a}, {t});",
-            "min": "{a} = " + self.fn("fmin" + any_) + "({a}, {t});",
-        }[kind]
+        fn = "f" + kind + ("" if nan else "_any")
+
+        def step(acc: ir.Var, t: Expr | str) -> ir.Stmt:
+            value = ir.as_expr(t, acc.type)
+            if kind == "sum":
+                return ir.Assign(acc, value, "+=")
+            return ir.Assign(acc, self.call(fn, acc, value))
+
         if self.vec is not None and tuple(axes) == (self.vec,):
             vec = self.vec
-            acc = self.var(f"({self.vtype})({init})", f"{hint}v", self.vtype)
+            acc = self.var(ir.Broadcast(init, self.vt), f"{hint}v", self.vt)
             if self.known(vec) is None:  # whole vectors, then the scalar tail
                 whole, tail = self.vector_loops(vec)
                 with whole as i:
-                    self.w.line(step.format(a=acc, t=term({**index, vec: i})))
+                    self.w.line(step(acc, term({**index, vec: i})))
                 total = self.var(self.across_lanes(acc, kind, nan), hint)
                 with tail as i:
-                    self.w.line(step.format(a=total, t=term({**index, vec: i})))
+                    self.w.line(step(total, term({**index, vec: i})))
                 return total
             with self.loop(vec) as i:
-                self.w.line(step.format(a=acc, t=term({**index, vec: i})))
-            return self.let(self.across_lanes(acc, kind, nan), hint, self.ctype)
+                self.w.line(step(acc, term({**index, vec: i})))
+            return self.let(self.across_lanes(acc, kind, nan), hint, self.cdtype)
         acc = self.var(init, hint)
 
-        def go(env: dict[Axis, str], rest: tuple[Axis, ...]) -> None:
+        def go(env: dict[Axis, Expr | str], rest: tuple[Axis, ...]) -> None:
             if not rest:
-                self.w.line(step.format(a=acc, t=term(env)))
+                self.w.line(step(acc, term(env)))
                 return
             with self.loop(rest[0]) as i:
                 go({**env, rest[0]: i}, rest[1:])
@@ -364,86 +377,102 @@ class KernelGen:
             # each lane holds a partial result: a butterfly over the warp gives all the total
             # (the shuffle is bound to a variable first: every lane must run it exactly once,
             # and a step such as NCD_FMAX names its operand several times)
-            o, other = self.unique("i_xor", "i"), self.unique("lane_v", "v")
-            shuffle = self.dialect.shuffle_xor.format(value=acc, offset=o)
+            o, other = self.unique("i_xor", "i"), ir.Var(self.unique("lane_v", "v"), self.cdtype)
+            shuffle = self.dialect.shuffle_xor.format(value=acc.name, offset=o)
             width = self.lanes[2]
+            folded = self.c_stmt(step(acc, other))
             self.w.line(
-                f"for (int {o} = {width // 2}; {o} > 0; {o} >>= 1) {{ {self.ctype} {other} = "
-                f"{shuffle}; {step.format(a=acc, t=other)} }}"
+                f"for (int {o} = {width // 2}; {o} > 0; {o} >>= 1) {{ {self.ctype} {other.name} "
+                f"= {shuffle}; {folded} }}"
             )
         return acc
 
-    def across_lanes(self, vec: str, kind: str, nan: bool = True) -> str:
-        """The scalar ``kind`` (sum | max | min) of the lanes of vector variable ``vec``."""
-        lanes = [self.dialect.lane(vec, k) for k in range(self.dialect.vector_width)]
-        if kind == "sum":
-            return " + ".join(lanes)
+    def c_stmt(self, s: ir.Stmt) -> str:
+        from ncd.codegen.render import render_stmt
+
+        return render_stmt(s, self.dialect)
+
+    def across_lanes(self, vec: Expr, kind: str, nan: bool = True) -> Expr:
+        """The scalar ``kind`` (sum | max | min) of the lanes of vector ``vec``."""
+        lanes: list[Expr] = [ir.Lane(vec, k) for k in range(self.dialect.vector_width)]
         total = lanes[0]
         for lane in lanes[1:]:
-            total = f"{self.fn('f' + kind + ('' if nan else '_any'))}({total}, {lane})"
+            if kind == "sum":
+                total = total + lane
+            else:
+                total = self.call("f" + kind + ("" if nan else "_any"), total, lane)
         return total
 
     # -- emitting ----------------------------------------------------------------------------------
-    def let(self, expr: str, hint: str = "t", ctype: str | None = None) -> str:
-        """``ctype`` defaults to the kernel's arithmetic type (its vector in a vector loop)."""
-        if expr.isidentifier():
-            return expr
-        ctype = self.ctype if ctype is None else ctype
-        if ctype == self.ctype and self.in_vector():
-            ctype = self.vtype
-        name = self.unique(hint, "t")
-        self.w.line(f"{ctype} {name} = {expr};")
-        return name
+    def let(
+        self, expr: Expr | str, hint: str = "t", type: str | None = None, const: bool = False
+    ) -> Expr:
+        """A variable holding ``expr``; ``type`` (an IR type) defaults to the kernel's
+        arithmetic type (its vector in a vector loop). A variable is returned as it is."""
+        text = expr.text if isinstance(expr, ir.Raw) else expr
+        if isinstance(expr, ir.Var) or (isinstance(text, str) and text.isidentifier()):
+            return ir.as_expr(expr, type or self.cdtype)  # a name already
+        type = self.cdtype if type is None else type
+        if type == self.cdtype and self.in_vector():
+            type = self.vt
+        var = ir.Var(self.unique(hint, "t"), type)
+        self.w.line(ir.Decl(var, ir.as_expr(expr, type), const))
+        return var
 
-    def var(self, init: str, hint: str = "acc", ctype: str | None = None) -> str:
-        ctype = self.ctype if ctype is None else ctype
-        name = self.unique(hint, "t")
-        self.w.line(f"{ctype} {name} = {init};")
-        return name
+    def var(self, init: Expr | str, hint: str = "acc", type: str | None = None) -> ir.Var:
+        """A mutable variable (an accumulator) starting at ``init``."""
+        type = self.cdtype if type is None else type
+        var = ir.Var(self.unique(hint, "t"), type)
+        self.w.line(ir.Decl(var, ir.as_expr(init, type)))
+        return var
 
     def loop(self, axis: Axis, hint: str | None = None) -> Any:
-        """``with gen.loop(a) as (block, i):`` -- a for loop over all indices of ``axis``."""
-        i = self.unique(f"i_{hint or axis.name}", "i")
+        """``with gen.loop(a) as i:`` -- a for loop over all indices of ``axis``."""
+        i = ir.Var(self.unique(f"i_{hint or axis.name}", "i"), self.ityp)
+        stop = self.ix(self.size(axis))
         if self.lanes is not None and axis == self.lanes[0]:
             _, lane, width = self.lanes
-            return _Loop(
-                self, f"for ({self.itype} {i} = {lane}; {i} < {self.size(axis)}; {i} += {width})", i
-            )
+            return _Loop(self, ir.For(i, ir.Var(lane, "int32"), stop, width), i)
         if axis == self.vec:
-            self.vec_vars.add(i)
-            step = self.dialect.vector_width
-            return _Loop(
-                self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; {i} += {step})", i
-            )
-        return _Loop(self, f"for ({self.itype} {i} = 0; {i} < {self.size(axis)}; ++{i})", i)
+            self.vec_vars.add(i.name)
+            return _Loop(self, ir.For(i, self.ix(0), stop, self.dialect.vector_width), i)
+        return _Loop(self, ir.For(i, self.ix(0), stop), i)
 
     def vector_loops(self, axis: Axis) -> tuple[Any, Any]:
         """For a vector axis of run-time length: a loop over its whole vectors (indices step
         by the vector width; reads and writes there are vectors) and the scalar loop over
         the rest, in this order (``with whole as i: ...`` then ``with tail as i: ...``)."""
-        n, width = self.size(axis), self.dialect.vector_width
+        n, width = self.ix(self.size(axis)), self.dialect.vector_width
         end = self.shared(  # once per kernel: it depends on the size argument only
             ("vend", axis.uid),
             [],
-            lambda: self.let(f"{n} - {n} % {width}", "vend", f"const {self.itype}"),
+            lambda: self.let(n - n % width, "vend", self.ityp, const=True),
         )
-        i = self.unique(f"i_{axis.name}", "i")
-        self.vec_vars.add(i)
-        j = self.unique(f"i_{axis.name}", "i")
-        whole = _Loop(self, f"for ({self.itype} {i} = 0; {i} < {end}; {i} += {width})", i)
-        tail = _Loop(self, f"for ({self.itype} {j} = {end}; {j} < {n}; ++{j})", j)
+        i = ir.Var(self.unique(f"i_{axis.name}", "i"), self.ityp)
+        self.vec_vars.add(i.name)
+        j = ir.Var(self.unique(f"i_{axis.name}", "i"), self.ityp)
+        whole = _Loop(self, ir.For(i, self.ix(0), end, width), i)
+        tail = _Loop(self, ir.For(j, end, n), j)
         return whole, tail
 
-    def lit(self, x: float | str) -> str:
+    def lit(self, x: float | str) -> Expr:
         """A literal in the kernel's arithmetic type (``x`` a number or its decimal text)."""
-        return self.dialect.literal(x, self.cdtype)
+        return ir.Const(x, self.cdtype)
 
     def fn(self, name: str) -> str:
-        return self.dialect.fn(name)
+        """The builtin spelling of ``name`` at the arithmetic type (for templates)."""
+        return self.dialect.intrinsic(name, self.cdtype)
+
+    def call(self, name: str, *args: Expr | str) -> Expr:
+        """The intrinsic ``name`` on ``args`` (at the type of its first float operand: a vector
+        in a vector loop)."""
+        exprs = tuple(ir.as_expr(a, self.cdtype) for a in args)
+        floats = [e.type for e in exprs if e.type.startswith("float")]
+        return ir.Call(name, exprs, floats[0] if floats else self.cdtype)
 
     # -- values ------------------------------------------------------------------------------------
-    def load(self, v: int, index: Mapping[Axis, str]) -> str:
-        """An expression for value ``v`` at ``index`` (a C index expression per axis)."""
+    def load(self, v: int, index: Index) -> Expr:
+        """An expression for value ``v`` at ``index`` (an index expression per axis)."""
         axes = self.graph.values[v].axes
         missing = [a for a in axes if a not in index]
         if missing:
@@ -451,30 +480,31 @@ class KernelGen:
                 f"value {v} {self.graph.values[v]} is needed at an index missing "
                 f"{', '.join(a.describe() for a in missing)} in kernel {self.kernel.name}"
             )
-        env = {a: index[a] for a in axes}
-        if v in self.bound:
-            return self.bound[v](env)  # type: ignore[no-any-return]
+        env = {a: self.ix(index[a]) for a in axes}
+        if v in self.bound:  # a template's finished accumulator (text or IR)
+            return ir.as_expr(self.bound[v](env), self.cdtype)
         if v not in self.made_here:
             return self.read(self.value_buffer(v), env)
         key = ("value", v, tuple(env[a] for a in axes))
         hit = self.w.lookup(key)
         if hit is not None:
-            return hit
+            return cast(Expr, hit)
         node = self.graph.nodes[self.made_here[v]]
         rule = self.rule_for(node)
         dt = self.graph.values[v].dtype  # float values in the arithmetic type, ids as they are
-        ctype = self.ctype if dt in self.dialect.compute else self.dialect.ctype(dt)
+        typ = self.cdtype if dt in self.dialect.compute else str(dt)
         # a value depends only on its index: compute it in the outermost loop that fixes it
         with self.w.at_depth(self.w.depth_for(list(env.values()))):
-            expr = rule(self, node, env)
+            # a plugin's rule may still return C text: it is kept as such
+            expr = ir.as_expr(rule(self, node, env), self.vt if self.in_vector() else typ)
             read_here = any(c in self.members for c in self.graph.consumers[v])
             if dt in self.dialect.compute and dt != self.cdtype and read_here:
                 # a value of a narrower format than the arithmetic holds what its format holds
                 # (as the reference rounds each wire), also when it is never stored (a value
                 # only stored is rounded by its store)
-                expr = self.dialect.round(dt, expr, self.in_vector())
+                expr = ir.Round(expr, str(dt))
                 self.rounded.add(str(dt))
-            name = self.let(expr, kind_hint(node.op.kind), ctype)  # not value id: layers match
+            name = self.let(expr, kind_hint(node.op.kind), typ)  # not value id: layers match
             self.w.remember(key, name)
         return name
 
@@ -488,12 +518,12 @@ class KernelGen:
             f"{self.dialect.name!r})"
         )
 
-    def shared(self, key: Any, index_exprs: Sequence[str], make: Any) -> Any:
+    def shared(self, key: Any, index_exprs: Sequence[Expr | str], make: Callable[[], T]) -> T:
         """Compute ``make()`` once at the outermost loop level where ``index_exprs`` are fixed
         (a normaliser's statistics), cached there."""
         hit = self.w.lookup(key)
         if hit is not None:
-            return hit
+            return cast(T, hit)
         depth = self.w.depth_for(list(index_exprs))
         with self.w.at_depth(depth):
             out = make()
@@ -533,7 +563,7 @@ class KernelGen:
 
     def open_grid(
         self, par: list[Axis], block: Mapping[Axis, int] | None = None, lanes: int = 0
-    ) -> tuple[dict[Axis, str], Size]:
+    ) -> tuple[dict[Axis, Expr], Size]:
         """Declare the work-item's indices (the NDRange is flattened to one dimension). An axis
         in ``block`` gives each work-item that many consecutive indices: its index is the first
         of them (``block[a] * k``) and the grid holds ``ceil(size / block[a])`` along it."""
@@ -541,27 +571,28 @@ class KernelGen:
         counts = [ceil_div(self.size(a), block.get(a, 1)) for a in par]
         total: Size = math.prod(counts)
         rows = total  # the indices the grid's axes take (times ``lanes`` work-items each)
-        gid = self.unique("gid")
-        self.w.line(f"const {self.itype} {gid} = {self.dialect.gid(0, self.wide)};")
+        gid = ir.Var(self.unique("gid"), self.ityp)
+        self.w.line(ir.Decl(gid, ir.Raw(self.dialect.gid(0, self.wide), self.ityp), const=True))
         if lanes:  # a warp per index: ``lanes`` work-items share it (``self.lanes`` names them)
             assert self.lanes is not None
             total = total * lanes
-            self.w.line(f"if ({gid} >= {total}) return;")  # whole warps: total is a multiple
-            self.w.line(f"const int {self.lanes[1]} = (int)({gid} % {lanes});")
-            row = self.unique("row")
-            self.w.line(f"const {self.itype} {row} = {gid} / {lanes};")
+            self.w.line(f"if ({gid.name} >= {total}) return;")  # whole warps: a multiple
+            lane = ir.Var(self.lanes[1], "int32")
+            self.w.line(ir.Decl(lane, ir.Convert(gid % lanes, "int32"), const=True))
+            row = ir.Var(self.unique("row"), self.ityp)
+            self.w.line(ir.Decl(row, gid / lanes, const=True))
             gid = row
         else:
-            self.w.line(f"if ({gid} >= {total}) return;")
-        env: dict[Axis, str] = {}
+            self.w.line(f"if ({gid.name} >= {total}) return;")
+        env: dict[Axis, Expr] = {}
         step: Size = 1
         for a, n in zip(reversed(par), reversed(counts), strict=True):
-            i = self.unique(f"i_{a.name}", "i")
-            q = gid if isinstance(step, int) and step == 1 else f"({gid} / {step})"
-            expr = q if step * n == rows else f"{q} % {n}"
+            i = ir.Var(self.unique(f"i_{a.name}", "i"), self.ityp)
+            q: Expr = gid if isinstance(step, int) and step == 1 else gid / self.ix(step)
+            expr = q if step * n == rows else q % self.ix(n)
             if block.get(a, 1) > 1:
-                expr = f"({expr}) * {block[a]}"
-            self.w.line(f"const {self.itype} {i} = {expr};")
+                expr = expr * block[a]
+            self.w.line(ir.Decl(i, expr, const=True))
             env[a] = i
             step *= n
         streamed = set(self.kernel.streamed)
@@ -585,16 +616,21 @@ class KernelGen:
         gsize = total if lsize is None else ceil_div(total, lsize) * lsize
         return self.source((gsize,), None if lsize is None else (lsize,), style)
 
-    def write(self, v: int, env: dict[Axis, str], par: Sequence[Axis]) -> None:
+    def write(self, v: int, env: Mapping[Axis, Expr | str], par: Sequence[Axis]) -> None:
         axes = self.graph.values[v].axes
         covered = {self.root(a) for a in axes}
-        guards = [f"{env[a]} == 0" for a in par if a not in axes and self.root(a) not in covered]
+        guards = [
+            self.ix(env[a]).cmp("==", 0)
+            for a in par
+            if a not in axes and self.root(a) not in covered
+        ]
         if self.lanes is not None and self.lanes[0] not in axes:
-            guards.append(f"{self.lanes[1]} == 0")  # every lane holds the value: one stores it
+            # every lane holds the value: one stores it
+            guards.append(ir.Var(self.lanes[1], "int32").cmp("==", 0))
         loops = [a for a in axes if a not in env]
         out = self.value_buffer(v, output=True)
 
-        def body(index: dict[Axis, str], rest: list[Axis]) -> None:
+        def body(index: dict[Axis, Expr | str], rest: list[Axis]) -> None:
             if not rest:
                 self.store(out, index, self.load(v, index))
                 return
@@ -607,7 +643,10 @@ class KernelGen:
                 body({**index, rest[0]: i}, rest[1:])
 
         if guards:
-            with self.w.block(f"if ({' && '.join(guards)})"):
+            cond = guards[0]
+            for g in guards[1:]:
+                cond = ir.Bin("&&", cond, g, "int32")
+            with self.w.block(ir.If(cond)):
                 body(dict(env), loops)
         else:
             body(dict(env), loops)
@@ -623,7 +662,7 @@ class KernelGen:
         )
         decl = self.dialect.declaration(name, lsize)
         head = f"// {comment(str(self.kernel))}\n{decl}\n    {args})\n{{"
-        text = f"{head}\n{self.w.render()}\n}}\n"
+        text = f"{head}\n{self.w.render(1, self.dialect)}\n}}\n"
         sizes = tuple((str(d.args[0]), str(d.args[1])) for d in self.size_args.values())
         dtypes = tuple(sorted({str(b.dtype) for b in bufs} | {self.cdtype} | self.rounded))
         return KernelSource(
@@ -668,12 +707,12 @@ def comment(text: str) -> str:
 
 
 class _Loop:
-    def __init__(self, gen: KernelGen, header: str, var: str) -> None:
+    def __init__(self, gen: KernelGen, header: ir.For, var: ir.Var) -> None:
         self.gen, self.header, self.var = gen, header, var
         self._cm: Any = None
 
-    def __enter__(self) -> str:
-        self._cm = self.gen.w.block(self.header, self.var)
+    def __enter__(self) -> ir.Var:
+        self._cm = self.gen.w.block(self.header, self.var.name)
         self._cm.__enter__()
         return self.var
 
@@ -695,12 +734,13 @@ def render_kernel(
     from ncd.codegen.rules import CODEGEN_RULES
 
     table = dict(CODEGEN_RULES) if rules is None else dict(rules)
-    for template in templates:
-        gen = KernelGen(kernel, dialect, table, layouts, wide)
-        out = template(gen)
-        if out is not None:
-            return out  # type: ignore[no-any-return]
-    return KernelGen(kernel, dialect, table, layouts, wide).render()
+    with ir.rendering(dialect):
+        for template in templates:
+            gen = KernelGen(kernel, dialect, table, layouts, wide)
+            out = template(gen)
+            if out is not None:
+                return out  # type: ignore[no-any-return]
+        return KernelGen(kernel, dialect, table, layouts, wide).render()
 
 
 def _positions(c: WindowSize, n: Size, k: Size) -> Size:

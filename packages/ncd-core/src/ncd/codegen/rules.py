@@ -1,20 +1,23 @@
 """Per-op code generation rules, keyed by op class.
 
-``rule(gen, node, index) -> expr``: the C expression of the node's output at ``index`` (one
-index expression per axis of the output value). Rules read inputs with ``gen.load`` and may
-emit statements (loops with accumulators) first; a plugin adds a rule for its own op with
-``ncd_register_lowerings`` (``Lowering(target, kind, rule)``) or ``codegen_rule``.
+``rule(gen, node, index) -> Expr``: the loop-IR expression (``ncd.codegen.ir``) of the node's
+output at ``index`` (one index expression per axis of the output value). Rules read inputs
+with ``gen.load`` and may emit IR statements (loops with accumulators) first; a plugin adds a
+rule for its own op with ``ncd_register_lowerings`` (``Lowering(target, kind, rule)``) or
+``codegen_rule``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from ncd.axis import Axis
+from ncd.codegen import ir
+from ncd.codegen.ir import Expr
 from ncd.codegen.layout import Size
-from ncd.codegen.lower import KernelGen
+from ncd.codegen.lower import Index, KernelGen
 from ncd.graph import Node
 from ncd.primitives import batchnorm as BN
 from ncd.primitives import indexing as X
@@ -23,7 +26,9 @@ from ncd.primitives import window as W
 
 __all__ = ["BINARY_C", "CODEGEN_RULES", "UNARY_C", "Rule", "codegen_rule"]
 
-Rule = Callable[[KernelGen, Node, Mapping[Axis, str]], str]
+#: ``rule(gen, node, index) -> Expr``: the IR expression of the node's output at ``index``
+#: (a plugin's rule may still return C text, which is kept as it is).
+Rule = Callable[[KernelGen, Node, Index], Expr]
 
 #: op class -> rule. Backends copy this table and add their plugins' lowerings.
 CODEGEN_RULES: dict[type, Rule] = {}
@@ -37,63 +42,66 @@ def codegen_rule(cls: type) -> Callable[[Rule], Rule]:
     return deco
 
 
-F = Callable[[KernelGen, str], str]
+F = Callable[[KernelGen, Expr], Expr]
 # constants through ``g.lit`` (decimal text kept digit for digit, typed by the kernel's format)
 UNARY_C: dict[str, F] = {
-    "exp": lambda g, x: f"{g.fn('exp')}({x})",
-    "log": lambda g, x: f"{g.fn('log')}({x})",
-    "sqrt": lambda g, x: f"{g.fn('sqrt')}({x})",
-    "rsqrt": lambda g, x: f"{g.fn('rsqrt')}({x})",
-    "abs": lambda g, x: f"{g.fn('fabs')}({x})",
-    "neg": lambda g, x: f"(-{x})",
-    "relu": lambda g, x: f"{g.fn('fmax')}({x}, {g.lit(0.0)})",
+    "exp": lambda g, x: g.call("exp", x),
+    "log": lambda g, x: g.call("log", x),
+    "sqrt": lambda g, x: g.call("sqrt", x),
+    "rsqrt": lambda g, x: g.call("rsqrt", x),
+    "abs": lambda g, x: g.call("fabs", x),
+    "neg": lambda g, x: -x,
+    "relu": lambda g, x: g.call("fmax", x, g.lit(0.0)),
     "gelu": lambda g, x: (
-        f"({g.lit(0.5)} * {x} * ({g.lit(1.0)} + {g.fn('erf')}({x} * "
-        f"{g.lit('0.70710678118654752')})))"
+        g.lit(0.5) * x * (g.lit(1.0) + g.call("erf", x * g.lit("0.70710678118654752")))
     ),
     "gelu_tanh": lambda g, x: (
-        f"({g.lit(0.5)} * {x} * ({g.lit(1.0)} + {g.fn('tanh')}({g.lit('0.79788456080286536')} * "
-        f"({x} + {g.lit('0.044715')} * {x} * {x} * {x}))))"
+        g.lit(0.5)
+        * x
+        * (
+            g.lit(1.0)
+            + g.call("tanh", g.lit("0.79788456080286536") * (x + g.lit("0.044715") * x * x * x))
+        )
     ),
-    "silu": lambda g, x: f"({x} / ({g.lit(1.0)} + {g.fn('exp')}(-{x})))",
-    "sigmoid": lambda g, x: f"({g.lit(1.0)} / ({g.lit(1.0)} + {g.fn('exp')}(-{x})))",
-    "tanh": lambda g, x: f"{g.fn('tanh')}({x})",
-    "square": lambda g, x: f"({x} * {x})",
-    "recip": lambda g, x: f"({g.lit(1.0)} / {x})",
-    "cos": lambda g, x: f"{g.fn('cos')}({x})",
-    "sin": lambda g, x: f"{g.fn('sin')}({x})",
-    "atan": lambda g, x: f"{g.fn('atan')}({x})",
-    "asinh": lambda g, x: f"{g.fn('asinh')}({x})",
+    "silu": lambda g, x: x / (g.lit(1.0) + g.call("exp", -x)),
+    "sigmoid": lambda g, x: g.lit(1.0) / (g.lit(1.0) + g.call("exp", -x)),
+    "tanh": lambda g, x: g.call("tanh", x),
+    "square": lambda g, x: x * x,
+    "recip": lambda g, x: g.lit(1.0) / x,
+    "cos": lambda g, x: g.call("cos", x),
+    "sin": lambda g, x: g.call("sin", x),
+    "atan": lambda g, x: g.call("atan", x),
+    "asinh": lambda g, x: g.call("asinh", x),
 }
-B = Callable[[KernelGen, str, str], str]
+B = Callable[[KernelGen, Expr, Expr], Expr]
 BINARY_C: dict[str, B] = {
-    "add": lambda g, a, b: f"({a} + {b})",
-    "sub": lambda g, a, b: f"({a} - {b})",
-    "mul": lambda g, a, b: f"({a} * {b})",
-    "div": lambda g, a, b: f"({a} / {b})",
-    "max": lambda g, a, b: f"{g.fn('fmax')}({a}, {b})",
-    "min": lambda g, a, b: f"{g.fn('fmin')}({a}, {b})",
-    "pow": lambda g, a, b: f"{g.fn('pow')}({a}, {b})",
+    "add": lambda g, a, b: a + b,
+    "sub": lambda g, a, b: a - b,
+    "mul": lambda g, a, b: a * b,
+    "div": lambda g, a, b: a / b,
+    "max": lambda g, a, b: g.call("fmax", a, b),
+    "min": lambda g, a, b: g.call("fmin", a, b),
+    "pow": lambda g, a, b: g.call("pow", a, b),
 }
 
 
-def _ins(gen: KernelGen, node: Node, index: Mapping[Axis, str], k: int = 0) -> str:
+def _ins(gen: KernelGen, node: Node, index: Index, k: int = 0) -> Expr:
     return gen.load(node.inputs[k], index)
 
 
 @codegen_rule(L.Unary)
-def _unary(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _unary(gen: KernelGen, node: Node, index: Index) -> Expr:
     return UNARY_C[node.op.fn](gen, _ins(gen, node, index))  # type: ignore[attr-defined]
 
 
 @codegen_rule(L.Binary)
-def _binary(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _binary(gen: KernelGen, node: Node, index: Index) -> Expr:
     a, b = _ins(gen, node, index, 0), _ins(gen, node, index, 1)
     return BINARY_C[node.op.fn](gen, a, b)  # type: ignore[attr-defined]
 
 
 @codegen_rule(L.Scalar)
-def _scalar(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _scalar(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Scalar = node.op  # type: ignore[assignment]
     x, c = _ins(gen, node, index), gen.lit(op.const)
     if op.fn == "pow" and op.const == 0.5 and not op.reverse:
@@ -103,60 +111,70 @@ def _scalar(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
 
 
 @codegen_rule(L.Scale)
-def _scale(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _scale(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Scale = node.op  # type: ignore[assignment]
     n = math.prod(gen.size(a) for a in op.by)
     if not isinstance(n, int):  # a run-time size: the power at run time
-        return f"({_ins(gen, node, index)} * {gen.fn('pow')}((float){n}, {gen.lit(op.power)}))"
-    factor = float(n) ** op.power
-    return f"({_ins(gen, node, index)} * {gen.lit(factor)})"
+        size = ir.Convert(gen.ix(n), gen.cdtype)
+        return _ins(gen, node, index) * gen.call("pow", size, gen.lit(op.power))
+    return _ins(gen, node, index) * gen.lit(float(n) ** op.power)
 
 
 @codegen_rule(L.Dropout)
-def _dropout(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _dropout(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Dropout = node.op  # type: ignore[assignment]
     x = _ins(gen, node, index)
     if op.seed is None:
         return x  # inference: the identity (unseeded training dropout is not compiled)
     from ncd import counter_rng as R
 
-    u = "unsigned int"
-    pos = "0u"
+    def u32(e: Expr | int) -> Expr:
+        return ir.Const(e, "uint32") if isinstance(e, int) else ir.Convert(e, "uint32")
+
+    pos: Expr = u32(0)
     for a in R.canonical(gen.graph.values[node.outputs[0]].axes):  # Horner, mod 2^32
-        pos = f"({pos} * ({u})({gen.size(a)}) + ({u})({index[a]}))"
-    k = R.key(op.seed)
-    h = gen.var(f"{pos} ^ {k}u", "h", u)
-    for rnd in range(2):
-        gen.w.line(f"{h} ^= {h} >> 16; {h} *= {R.M1}u; {h} ^= {h} >> 13;")
-        gen.w.line(f"{h} *= {R.M2}u; {h} ^= {h} >> 16;" + (f" {h} += {k}u;" if rnd == 0 else ""))
-    return (
-        f"(({h} >= {R.threshold(op.p)}u) ? {x} * {gen.lit(repr(R.scale(op.p)))} : {gen.lit(0.0)})"
-    )
+        pos = pos * u32(gen.ix(gen.size(a))) + u32(gen.ix(index[a]))
+    k = u32(R.key(op.seed))
+    h = gen.var(ir.Bin("^", pos, k), "h", "uint32")
+
+    def shift(n: int) -> None:
+        gen.w.line(ir.Assign(h, ir.Bin(">>", h, ir.Const(n, "int32")), "^="))
+
+    for rnd in range(2):  # two fmix32 rounds
+        shift(16)
+        gen.w.line(ir.Assign(h, u32(R.M1), "*="))
+        shift(13)
+        gen.w.line(ir.Assign(h, u32(R.M2), "*="))
+        shift(16)
+        if rnd == 0:
+            gen.w.line(ir.Assign(h, k, "+="))
+    keep = h.cmp(">=", u32(R.threshold(op.p)))
+    return ir.Select(keep, x * gen.lit(repr(R.scale(op.p))), gen.lit(0.0))
 
 
 @codegen_rule(L.Cast)
-def _cast(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _cast(gen: KernelGen, node: Node, index: Index) -> Expr:
     # Arithmetic runs in float32; a format is how a wire is stored, so converting a value is
     # the identity here and the rounding happens where the value is stored.
     return _ins(gen, node, index)
 
 
 @codegen_rule(L.CausalMask)
-def _causal(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _causal(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.CausalMask = node.op  # type: ignore[assignment]
-    offset = gen.size(op.x) - gen.size(op.q)
+    offset = gen.ix(gen.size(op.x) - gen.size(op.q))
     fill = gen.lit(-math.inf if op.fill == "-inf" else 0.0)
     x = _ins(gen, node, index)
-    return f"(({index[op.x]}) <= ({index[op.q]}) + {offset} ? {x} : {fill})"
+    return ir.Select(gen.ix(index[op.x]).cmp("<=", gen.ix(index[op.q]) + offset), x, fill)
 
 
 def _reduce_loops(
     gen: KernelGen,
     axes: tuple[Axis, ...],
-    index: Mapping[Axis, str],
-    body: Callable[[dict[Axis, str]], None],
+    index: Index,
+    body: Callable[[dict[Axis, Expr | str]], None],
 ) -> None:
-    def go(env: dict[Axis, str], rest: tuple[Axis, ...]) -> None:
+    def go(env: dict[Axis, Expr | str], rest: tuple[Axis, ...]) -> None:
         if not rest:
             body(env)
             return
@@ -167,34 +185,39 @@ def _reduce_loops(
 
 
 @codegen_rule(L.Reduce)
-def _reduce(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _reduce(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Reduce = node.op  # type: ignore[assignment]
     kind = "sum" if op.fn == "mean" else op.fn
     acc = gen.accumulate(op.axes_, index, kind, lambda env: _ins(gen, node, env), "red")
     if op.fn == "mean":
         n = math.prod(gen.size(a) for a in op.axes_)
-        return f"({acc} * {gen.recip(n)})"
+        return acc * gen.recip(n)
     return acc
 
 
+def _product(gen: KernelGen, factors: list[Expr]) -> Expr:
+    out = factors[0] if factors else gen.lit(1.0)
+    for f in factors[1:]:
+        out = out * f
+    return out
+
+
 @codegen_rule(L.Einsum)
-def _einsum(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _einsum(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Einsum = node.op  # type: ignore[assignment]
     if not op.contracted:
-        return " * ".join(_ins(gen, node, index, k) for k in range(len(op.inputs))) or gen.lit(1.0)
+        return _product(gen, [_ins(gen, node, index, k) for k in range(len(op.inputs))])
     acc = gen.var(gen.lit(0.0), "dot")
 
-    def body(env: dict[Axis, str]) -> None:
-        prod = " * ".join(_ins(gen, node, env, k) for k in range(len(op.inputs)))
-        gen.w.line(f"{acc} += {prod};")
+    def body(env: dict[Axis, Expr | str]) -> None:
+        prod = _product(gen, [_ins(gen, node, env, k) for k in range(len(op.inputs))])
+        gen.w.line(ir.Assign(acc, prod, "+="))
 
     _reduce_loops(gen, op.contracted, index, body)
     return acc
 
 
-def linear_weight(
-    gen: KernelGen, node: Node, out: Mapping[Axis, str], inp: Mapping[Axis, str]
-) -> str:
+def linear_weight(gen: KernelGen, node: Node, out: Index, inp: Index) -> Expr:
     """The weight ``(*out_axes, *in_axes)`` of a Linear at output index ``out`` and input index
     ``inp``, by position: in ``linear("d -> d")`` both halves are the axis ``d``, with different
     indices (the output's and the contracted one)."""
@@ -204,52 +227,53 @@ def linear_weight(
 
 
 @codegen_rule(L.Linear)
-def _linear(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _linear(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Linear = node.op  # type: ignore[assignment]
     acc = gen.var(gen.lit(0.0), "dot")
 
-    def body(env: dict[Axis, str]) -> None:
+    def body(env: dict[Axis, Expr | str]) -> None:
         # ``env`` rebinds the contracted axes; an output axis that is also contracted keeps
         # its output index in ``index`` (the weight's first half)
-        gen.w.line(f"{acc} += {_ins(gen, node, env)} * {linear_weight(gen, node, index, env)};")
+        term = _ins(gen, node, env) * linear_weight(gen, node, index, env)
+        gen.w.line(ir.Assign(acc, term, "+="))
 
     _reduce_loops(gen, op.in_axes, index, body)
-    return f"({acc} + {gen.param(node, 'bias', index)})" if op.bias else acc
+    return acc + gen.param(node, "bias", index) if op.bias else acc
 
 
-def _row_key(node: Node, index: Mapping[Axis, str], core: tuple[Axis, ...]) -> tuple[Any, ...]:
+def _row_key(node: Node, index: Index, core: tuple[Axis, ...]) -> tuple[Any, ...]:
     return (id(node), tuple((a.uid, e) for a, e in index.items() if a not in core))
 
 
-def _outer(index: Mapping[Axis, str], core: tuple[Axis, ...]) -> list[str]:
+def _outer(index: Index, core: tuple[Axis, ...]) -> list[Expr | str]:
     return [e for a, e in index.items() if a not in core]
 
 
 @codegen_rule(L.Softmax)
-def _softmax(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _softmax(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Softmax = node.op  # type: ignore[assignment]
     core = (op.axis,)
 
     out = _scratch(gen, node)
 
-    def weight(env: Mapping[Axis, str], m: str) -> str:
-        e = f"{gen.fn('exp')}({_ins(gen, node, env)} - {m})"
+    def weight(env: Index, m: Expr) -> Expr:
+        e = gen.call("exp", _ins(gen, node, env) - m)
         if out is None:
             return e
         e = gen.let(e, "e")  # kept in the output, so the final pass needs no second exp
-        gen.w.line(f"{gen.write_target(out, env)} = {e};")
+        gen.store(out, env, e)
         return e
 
-    def stats() -> tuple[str, str]:
+    def stats() -> tuple[Expr, Expr]:
         # the maximum may drop a NaN: exp(NaN - m) makes the row NaN (as the reference)
         m = gen.accumulate(core, index, "max", lambda env: _ins(gen, node, env), "mx", nan=False)
         s = gen.accumulate(core, index, "sum", lambda env: weight(env, m), "den")
-        return m, gen.let(f"{gen.lit(1.0)} / {s}", "inv")
+        return m, gen.let(gen.lit(1.0) / s, "inv")
 
     m, inv = gen.shared(("softmax", *_row_key(node, index, core)), _outer(index, core), stats)
     if out is not None:
-        return f"({gen.read(out, index)} * {inv})"
-    return f"({gen.fn('exp')}({_ins(gen, node, index)} - {m}) * {inv})"
+        return gen.read(out, index) * inv
+    return gen.call("exp", _ins(gen, node, index) - m) * inv
 
 
 def _scratch(gen: KernelGen, node: Node) -> Any:
@@ -265,45 +289,47 @@ def _scratch(gen: KernelGen, node: Node) -> Any:
 
 
 @codegen_rule(L.L2Norm)
-def _l2norm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _l2norm(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.L2Norm = node.op  # type: ignore[assignment]
     core = (op.axis,)
 
-    def stats() -> str:
-        s = gen.accumulate(
-            core, index, "sum", lambda env: f"{_ins(gen, node, env)} * {_ins(gen, node, env)}", "ss"
-        )
-        return gen.let(f"{gen.fn('rsqrt')}({s} + {gen.lit(op.eps)})", "rn")
+    def square(env: Index) -> Expr:
+        x = _ins(gen, node, env)
+        return x * x
+
+    def stats() -> Expr:
+        s = gen.accumulate(core, index, "sum", square, "ss")
+        return gen.let(gen.call("rsqrt", s + gen.lit(op.eps)), "rn")
 
     r = gen.shared(("l2", *_row_key(node, index, core)), _outer(index, core), stats)
-    return f"({_ins(gen, node, index)} * {r})"
+    return _ins(gen, node, index) * r
 
 
 def _moments(
     gen: KernelGen,
     node: Node,
-    index: Mapping[Axis, str],
+    index: Index,
     core: tuple[Axis, ...],
     eps: float,
     centred: bool,
-) -> tuple[str, str]:
+) -> tuple[Expr, Expr]:
     n = math.prod(gen.size(a) for a in core)
     mu = gen.lit(0.0)
     if centred:
         s = gen.accumulate(core, index, "sum", lambda env: _ins(gen, node, env), "sum")
-        mu = gen.let(f"{s} * {gen.recip(n)}", "mu")
+        mu = gen.let(s * gen.recip(n), "mu")
 
-    def sq(env: dict[Axis, str]) -> str:
+    def sq(env: Index) -> Expr:
         x = _ins(gen, node, env)
-        d = gen.let(f"{x} - {mu}", "d") if centred else x
-        return f"{d} * {d}"
+        d = gen.let(x - mu, "d") if centred else x
+        return d * d
 
     q = gen.accumulate(core, index, "sum", sq, "sq")
-    return mu, gen.let(f"{gen.fn('rsqrt')}({q} * {gen.recip(n)} + {gen.lit(eps)})", "rstd")
+    return mu, gen.let(gen.call("rsqrt", q * gen.recip(n) + gen.lit(eps)), "rstd")
 
 
 @codegen_rule(L.LayerNorm)
-def _layernorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _layernorm(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.LayerNorm = node.op  # type: ignore[assignment]
     core = op.axes_
     mu, r = gen.shared(
@@ -311,16 +337,16 @@ def _layernorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
         _outer(index, core),
         lambda: _moments(gen, node, index, core, op.eps, True),
     )
-    y = f"(({_ins(gen, node, index)} - {mu}) * {r})"
+    y = (_ins(gen, node, index) - mu) * r
     if op.affine:
-        y = f"{y} * {gen.param(node, 'weight', index)}"
+        y = y * gen.param(node, "weight", index)
         if op.bias:
-            y = f"({y} + {gen.param(node, 'bias', index)})"
+            y = y + gen.param(node, "bias", index)
     return y
 
 
 @codegen_rule(L.RMSNorm)
-def _rmsnorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _rmsnorm(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.RMSNorm = node.op  # type: ignore[assignment]
     core = op.axes_
     _, r = gen.shared(
@@ -328,157 +354,159 @@ def _rmsnorm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
         _outer(index, core),
         lambda: _moments(gen, node, index, core, op.eps, False),
     )
-    y = f"({_ins(gen, node, index)} * {r})"
-    return f"{y} * {gen.param(node, 'weight', index)}" if op.affine else y
+    y = _ins(gen, node, index) * r
+    return y * gen.param(node, "weight", index) if op.affine else y
 
 
 @codegen_rule(L.Embedding)
-def _embedding(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _embedding(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Embedding = node.op  # type: ignore[assignment]
     # clamped into the table: the host refuses ids out of range before launch
     # (IndexRangeError); inside the kernel no id, whatever its value, reads outside the table
-    last = gen.size(op.vocab) - 1
-    raw = gen.let(
-        _ins(gen, node, index), "id", gen.dialect.ctype(gen.graph.values[node.inputs[0]].dtype)
-    )
-    ids = gen.let(
-        f"({gen.itype})({raw} < 0 ? 0 : {raw} > {last} ? {last} : {raw})", "tok", gen.itype
-    )
+    last = gen.ix(gen.size(op.vocab) - 1)
+    raw = gen.let(_ins(gen, node, index), "id", str(gen.graph.values[node.inputs[0]].dtype))
+    ids = gen.let(ir.Convert(_clamp(raw, 0, last), gen.ityp), "tok", gen.ityp)
     return gen.param_at(node, "weight", [ids, *(index[a] for a in op.out_axes)])
 
 
 @codegen_rule(L.View)
-def _view(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _view(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.View = node.op  # type: ignore[assignment]
-    elem: dict[Axis, str] = {}
+    elem: dict[Axis, Expr] = {}
     for axis, parts in zip(op.out_axes, op.out_parts, strict=True):
         step: Size = 1
+        whole = gen.ix(index[axis])
         for p in reversed(parts):
             n = gen.size(p)
-            e = index[axis] if isinstance(step, int) and step == 1 else f"({index[axis]} / {step})"
-            elem[p] = e if len(parts) == 1 else f"({e} % {n})"
+            e = whole if isinstance(step, int) and step == 1 else whole / gen.ix(step)
+            elem[p] = e if len(parts) == 1 else e % gen.ix(n)
             step *= n
-    env = {a: e for a, e in index.items() if a not in op.out_axes}
+    env: dict[Axis, Expr | str] = {a: e for a, e in index.items() if a not in op.out_axes}
     for axis, parts in zip(op.in_axes, op.in_parts, strict=True):
-        terms, step = [], 1
+        flat: Expr | None = None
+        step = 1
         for p in reversed(parts):
-            terms.append(elem[p] if isinstance(step, int) and step == 1 else f"{elem[p]} * {step}")
+            t = elem[p] if isinstance(step, int) and step == 1 else elem[p] * gen.ix(step)
+            flat = t if flat is None else t + flat
             step *= gen.size(p)
-        env[axis] = " + ".join(reversed(terms))
+        assert flat is not None
+        env[axis] = flat
     return _ins(gen, node, env)
 
 
 @codegen_rule(L.Constant)
-def _constant(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _constant(gen: KernelGen, node: Node, index: Index) -> Expr:
     return gen.lit(node.op.value)  # type: ignore[attr-defined]
 
 
 @codegen_rule(L.Learned)
-def _learned(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _learned(gen: KernelGen, node: Node, index: Index) -> Expr:
     return gen.param(node, "weight", index)
 
 
 @codegen_rule(L.Parameter)
-def _parameter(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _parameter(gen: KernelGen, node: Node, index: Index) -> Expr:
     return gen.param(node, node.op.param, index)  # type: ignore[attr-defined]
 
 
 @codegen_rule(X.Where)
-def _where(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _where(gen: KernelGen, node: Node, index: Index) -> Expr:
     c, x, y = (_ins(gen, node, index, k) for k in range(3))
     # NaN != 0 holds in C as in NumPy: a NaN condition selects x
-    return f"(({c}) != 0 ? ({x}) : ({y}))"
+    return ir.Select(c.cmp("!=", ir.Const(0, "int32")), x, y)
 
 
-def _clamp(i: str, low: Size | str, high: Size | str) -> str:
+def _clamp(i: Expr, low: Expr | int, high: Expr | int) -> Expr:
     """``i`` clamped into ``[low, high]``: a select's unselected operand still reads in bounds."""
-    return f"(({i}) < {low} ? {low} : ({i}) > {high} ? {high} : ({i}))"
+    lo, hi = ir.as_expr(low, i.type), ir.as_expr(high, i.type)
+    return ir.Select(i.cmp("<", lo), lo, ir.Select(i.cmp(">", hi), hi, i))
 
 
 @codegen_rule(X.Slice)
-def _slice(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _slice(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: X.Slice = node.op  # type: ignore[assignment]
-    env = {a: e for a, e in index.items() if a != op.out}
-    env[op.axis] = f"({index[op.out]} + {op.start})" if op.start else index[op.out]
+    env: dict[Axis, Expr | str] = {a: e for a, e in index.items() if a != op.out}
+    env[op.axis] = gen.ix(index[op.out]) + op.start if op.start else index[op.out]
     return _ins(gen, node, env)
 
 
 @codegen_rule(X.Concat)
-def _concat(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _concat(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: X.Concat = node.op  # type: ignore[assignment]
-    i = gen.let(index[op.out], "cat", gen.itype)
+    i = gen.let(gen.ix(index[op.out]), "cat", gen.ityp)
     rest = {a: e for a, e in index.items() if a != op.out}
-    parts: list[tuple[str, str]] = []
-    start: Size | str = 0
+    parts: list[tuple[Expr, Expr]] = []
+    start: Expr = gen.ix(0)
     for k, a in enumerate(op.axes_):
-        n = gen.size(a)
-        local = i if isinstance(start, int) and start == 0 else f"({i} - {start})"
-        parts.append(
-            (f"{i} < {start} + {n}", _ins(gen, node, {**rest, a: _clamp(local, 0, f"{n} - 1")}, k))
-        )
-        start = n if isinstance(start, int) and start == 0 else f"({start} + {n})"
+        n = gen.ix(gen.size(a))
+        first = isinstance(start, ir.Const) and start.value == 0
+        local = i if first else i - start
+        value = _ins(gen, node, {**rest, a: _clamp(local, 0, n - 1)}, k)
+        parts.append((i.cmp("<", n if first else start + n), value))
+        start = n if first else start + n
     expr = parts[-1][1]
     for cond, value in reversed(parts[:-1]):
-        expr = f"({cond} ? ({value}) : {expr})"
+        expr = ir.Select(cond, value, expr)
     return expr
 
 
 @codegen_rule(X.Rotary)
-def _rotary(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _rotary(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: X.Rotary = node.op  # type: ignore[assignment]
     d = gen.size(op.d)
-    h = d // 2 if isinstance(d, int) else f"({d} / 2)"
-    j = gen.let(index[op.d], "j", gen.itype)
-    low = gen.let(f"({j} < {h})", "low", "int")
-    partner = gen.let(f"({low} ? {j} + {h} : {j} - {h})", "pair", gen.itype)
+    h = gen.ix(d // 2) if isinstance(d, int) else gen.ix(d) / 2
+    j = gen.let(gen.ix(index[op.d]), "j", gen.ityp)
+    low = gen.let(j.cmp("<", h), "low", "int32")
+    partner = gen.let(ir.Select(low, j + h, j - h), "pair", gen.ityp)
     # f_j = base ** (-2 (j mod h) / |d|) = exp((j mod h) * (-2 ln(base) / |d|))
     step = (
         gen.lit(-2.0 * math.log(op.base) / d)
         if isinstance(d, int)
-        else f"({gen.lit(-2.0 * math.log(op.base))} / ({gen.ctype}){d})"
+        else gen.lit(-2.0 * math.log(op.base)) / ir.Convert(gen.ix(d), gen.cdtype)
     )
-    angle = gen.let(
-        f"({gen.ctype})({index[op.seq]}) * {gen.fn('exp')}(({gen.ctype})({low} ? {j} : {j} - {h})"
-        f" * {step})",
-        "angle",
-    )
+    pair = ir.Convert(ir.Select(low, j, j - h), gen.cdtype)
+    position = ir.Convert(gen.ix(index[op.seq]), gen.cdtype)
+    angle = gen.let(position * gen.call("exp", pair * step), "angle")
     x = _ins(gen, node, index)
     other = _ins(gen, node, {**index, op.d: partner})
-    turned = gen.let(f"({low} ? -({other}) : ({other}))", "turn")
-    sign = "-" if op.inverse else "+"  # the inverse rotation: minus the angles
-    return f"(({x}) * {gen.fn('cos')}({angle}) {sign} {turned} * {gen.fn('sin')}({angle}))"
+    turned = gen.let(ir.Select(low, -other, other), "turn")
+    # the inverse rotation: minus the angles
+    sin = turned * gen.call("sin", angle)
+    cos = x * gen.call("cos", angle)
+    return cos - sin if op.inverse else cos + sin
 
 
 @codegen_rule(W.Window)
-def _window(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _window(gen: KernelGen, node: Node, index: Index) -> Expr:
     # read in place: element (o, j) is x[o*stride + j*dilation - padding]; no im2col array
     op: W.Window = node.op  # type: ignore[assignment]
     rest = {a: e for a, e in index.items() if a not in (op.out, op.k)}
-    o = index[op.out] if op.stride == 1 else f"{index[op.out]} * {op.stride}"
-    j = f"({gen.size(op.k)} - 1 - {index[op.k]})" if op.reverse else index[op.k]
-    j = j if op.dilation == 1 else f"{j} * {op.dilation}"
+    o = gen.ix(index[op.out]) if op.stride == 1 else gen.ix(index[op.out]) * op.stride
+    kk = gen.ix(index[op.k])
+    j = gen.ix(gen.size(op.k)) - 1 - kk if op.reverse else kk
+    j = j if op.dilation == 1 else j * op.dilation
     if not op.padding and not op.extra and op.upsample == 1:
         # the size rule keeps every tap inside [0, n): |out| was derived so
-        return _ins(gen, node, {**rest, op.axis: f"({o} + {j})"})
+        return _ins(gen, node, {**rest, op.axis: o + j})
     # the tap stays an expression of loop indices (not a let): a value read at it is hoisted
     # by the loop indices its index names
-    i = f"({o} + {j} - {op.padding})"
-    n = gen.size(op.axis)
-    ok = f"({i}) >= 0"
+    i = o + j - op.padding
+    n = gen.ix(gen.size(op.axis))
+    ok = i.cmp(">=", 0)
     if op.upsample > 1:  # on the input's lattice: every upsample-th position is an element
-        ok = f"{ok} && ({i}) % {op.upsample} == 0"
-        i = f"(({i}) / {op.upsample})"
-    x = _ins(gen, node, {**rest, op.axis: _clamp(i, 0, f"{n} - 1")})
-    return f"({ok} && ({i}) < {n} ? ({x}) : {gen.lit(op.fill)})"
+        ok = ir.Bin("&&", ok, (i % op.upsample).cmp("==", 0), "int32")
+        i = i / op.upsample
+    x = _ins(gen, node, {**rest, op.axis: _clamp(i, 0, n - 1)})
+    return ir.Select(ir.Bin("&&", ok, i.cmp("<", n), "int32"), x, gen.lit(op.fill))
 
 
 @codegen_rule(BN.BatchNorm)
-def _batch_norm(gen: KernelGen, node: Node, index: Mapping[Axis, str]) -> str:
+def _batch_norm(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: BN.BatchNorm = node.op  # type: ignore[assignment]
     BN.channel_dim(op, tuple(index))  # the channel axis is one of the value's
     x = _ins(gen, node, index)
     mean, var = gen.param(node, "running_mean", index), gen.param(node, "running_var", index)
-    y = f"(({x} - {mean}) * {gen.fn('rsqrt')}({var} + {gen.lit(op.eps)}))"
+    y = (x - mean) * gen.call("rsqrt", var + gen.lit(op.eps))
     if op.affine:
-        y = f"({y} * {gen.param(node, 'weight', index)} + {gen.param(node, 'bias', index)})"
+        y = y * gen.param(node, "weight", index) + gen.param(node, "bias", index)
     return y

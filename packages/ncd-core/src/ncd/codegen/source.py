@@ -1,16 +1,20 @@
-"""Building C source: nested blocks with hoisting and per-block common-subexpression caches,
-and the sanitiser every name passes through before it reaches generated code."""
+"""A kernel body being built: nested blocks of IR statements (``ncd.codegen.ir``) and template
+lines, with hoisting and per-block common-subexpression caches, and the sanitiser every name
+passes through before it reaches generated code."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["CLASS_TAGS", "Block", "Writer", "kind_hint", "sanitize"]
+from ncd.codegen.ir import Expr, Stmt
+
+__all__ = ["CLASS_TAGS", "Block", "Writer", "kind_hint", "names_in", "sanitize"]
 
 _BAD = re.compile(r"[^A-Za-z0-9_]")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 #: Lowercase class tags: every identifier holding outside text (an axis name, a parameter path,
@@ -121,39 +125,67 @@ def kind_hint(kind: str) -> str:
 
 
 class Block:
-    """A list of lines and nested blocks under an optional header (``for (...)``)."""
+    """Statements and nested blocks under an optional head: a loop or guard of the IR
+    (``ir.For``, ``ir.If``) or a template's text (``for (...)``, possibly after pragma lines)."""
 
-    def __init__(self, header: str | None = None, var: str | None = None) -> None:
+    def __init__(self, header: str | Stmt | None = None, var: str | None = None) -> None:
         self.header = header
         self.var = var  # the index variable this block binds (a loop), if any
-        self.items: list[str | Block] = []
-        self.cache: dict[Any, str] = {}
+        self.items: list[str | Stmt | Block] = []
+        self.cache: dict[Any, Any] = {}
         self.insert_at: int | None = None
 
-    def add(self, item: str | Block) -> None:
+    def add(self, item: str | Stmt | Block) -> None:
         if self.insert_at is None:
             self.items.append(item)
         else:
             self.items.insert(self.insert_at, item)
             self.insert_at += 1
 
-    def render(self, indent: int) -> list[str]:
+    def render(self, indent: int, dialect: Any = None) -> list[str]:
         pad = "    " * indent
         lines: list[str] = []
         inner = indent
         if self.header is not None:  # a header may start with pragma lines (``#pragma unroll``)
-            *pragmas, head = self.header.split("\n")
+            head_text = _text(self.header, dialect)
+            *pragmas, head = head_text.split("\n")
             lines.extend(f"{pad}{p}" for p in pragmas)
             lines.append(f"{pad}{head} {{")
             inner = indent + 1
         for it in self.items:
             if isinstance(it, Block):
-                lines.extend(it.render(inner))
+                lines.extend(it.render(inner, dialect))
             else:
-                lines.append(f"{'    ' * inner}{it}" if it else "")
+                text = _text(it, dialect)
+                lines.append(f"{'    ' * inner}{text}" if text else "")
         if self.header is not None:
             lines.append(f"{pad}}}")
         return lines
+
+    def statements(self) -> Iterator[str | Stmt | Block]:
+        """Every item of this block and of the blocks inside it, heads included, in order."""
+        if self.header is not None:
+            yield self.header
+        for it in self.items:
+            if isinstance(it, Block):
+                yield from it.statements()
+            else:
+                yield it
+
+
+def _text(item: str | Stmt, dialect: Any) -> str:
+    if isinstance(item, str):
+        return item
+    from ncd.codegen.render import render_stmt
+
+    return render_stmt(item, dialect)
+
+
+def names_in(item: Expr | Stmt | str) -> frozenset[str]:
+    """The identifiers an expression, a statement or a template's text reads."""
+    if isinstance(item, str):
+        return frozenset(_IDENT.findall(item))
+    return item.names
 
 
 class Writer:
@@ -168,11 +200,11 @@ class Writer:
         self._n += 1
         return f"{sanitize(hint, 't')}{self._n}"
 
-    def line(self, text: str) -> None:
-        self.stack[-1].add(text)
+    def line(self, item: str | Stmt) -> None:
+        self.stack[-1].add(item)
 
     @contextmanager
-    def block(self, header: str, var: str | None = None) -> Iterator[Block]:
+    def block(self, header: str | Stmt, var: str | None = None) -> Iterator[Block]:
         b = Block(header, var)
         self.stack[-1].add(b)
         self.stack.append(b)
@@ -181,20 +213,24 @@ class Writer:
         finally:
             self.stack.pop()
 
-    def lookup(self, key: Any) -> str | None:
+    def lookup(self, key: Any) -> Any:
         for b in reversed(self.stack):
             if key in b.cache:
                 return b.cache[key]
         return None
 
-    def remember(self, key: Any, name: str) -> None:
-        self.stack[-1].cache[key] = name
+    def remember(self, key: Any, value: Any) -> None:
+        self.stack[-1].cache[key] = value
 
-    def depth_for(self, exprs: list[str]) -> int:
-        """The innermost open block whose loop variable one of ``exprs`` uses (0: the root)."""
+    def depth_for(self, exprs: Sequence[Expr | str]) -> int:
+        """The innermost open block whose loop variable one of ``exprs`` reads (0: the root):
+        by the variables an IR expression names, or the identifiers of a template's text."""
+        used: frozenset[str] = frozenset()
+        for e in exprs:
+            used |= names_in(e)
         for depth in range(len(self.stack) - 1, 0, -1):
             var = self.stack[depth].var
-            if var is not None and any(re.search(rf"\b{var}\b", e) for e in exprs):
+            if var is not None and var in used:
                 return depth
         return 0
 
@@ -220,5 +256,5 @@ class Writer:
             added = target.insert_at - pos
             target.insert_at = None if old is None else old + added if old > pos else old
 
-    def render(self, indent: int = 1) -> str:
-        return "\n".join(self.root.render(indent))
+    def render(self, indent: int = 1, dialect: Any = None) -> str:
+        return "\n".join(self.root.render(indent, dialect))

@@ -11,13 +11,18 @@ in ``STREAM_ACCUMULATORS``, keyed by op class.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Mapping
+import operator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
 
 from ncd.axis import Axis
+from ncd.codegen import ir
+from ncd.codegen.ir import Expr
 from ncd.codegen.lower import KernelGen, KernelSource
 from ncd.codegen.rules import linear_weight
 from ncd.graph import Node
@@ -40,71 +45,95 @@ __all__ = [
 
 @attrs.frozen
 class StreamAccumulator:
-    """How one normaliser streams: ``init`` declares state, ``step(s)`` returns (rescale of the
-    old acc or None, weight of this term), ``scale`` the final factor applied to acc.
-    ``block(sc, n)`` does a chunk at once: it turns the scores ``sc[0..n)`` into weights in
-    place and returns the rescale of the old acc (or None); with ``vec`` the chunk is ``n``
-    vectors of the dialect's width; ``pad`` fills scores past the end (a number, written as a
-    literal of the kernel's format).
+    """How one normaliser streams: ``init`` declares its state variables, ``step(s)`` returns
+    (rescale of the old acc or None, weight of this term), ``scale`` the final factor applied
+    to acc. ``block(sc, n)`` does a chunk at once: it turns the scores in the private array
+    ``sc[0..n)`` into weights in place and returns the rescale of the old acc (or None); with
+    ``vec`` the chunk is ``n`` vectors of the dialect's width; ``pad`` fills scores past the
+    end (a number, written as a literal of the kernel's format). All of them build IR.
     """
 
-    init: Callable[[KernelGen, Node], dict[str, str]]
-    step: Callable[[KernelGen, Node, dict[str, str], str], tuple[str | None, str]]
-    scale: Callable[[KernelGen, Node, dict[str, str]], str]
-    block: Callable[[KernelGen, Node, dict[str, str], str, int, bool], str | None] | None = None
+    init: Callable[[KernelGen, Node], dict[str, ir.Var]]
+    step: Callable[[KernelGen, Node, dict[str, ir.Var], Expr], tuple[Expr | None, Expr]]
+    scale: Callable[[KernelGen, Node, dict[str, ir.Var]], Expr]
+    block: Callable[[KernelGen, Node, dict[str, ir.Var], str, int, bool], Expr | None] | None = None
     pad: float = 0.0
 
 
-def _softmax_init(gen: KernelGen, node: Node) -> dict[str, str]:
+@contextmanager
+def _count(gen: KernelGen, name: str, stop: int, start: int = 0) -> Iterator[ir.Var]:
+    """A loop of an ``int`` counter over ``start .. stop - 1`` (a chunk, an accumulator array)."""
+    u = ir.Var(name, "int32")
+    with gen.w.block(ir.For(u, ir.Const(start, "int32"), ir.Const(stop, "int32")), name):
+        yield u
+
+
+def _zero(gen: KernelGen, typ: str) -> Expr:
+    """Zero of the arithmetic type ``typ`` (every lane of a vector)."""
+    return ir.Broadcast(gen.lit(0.0), typ) if ir.lanes_of(typ)[1] > 1 else gen.lit(0.0)
+
+
+def _softmax_init(gen: KernelGen, node: Node) -> dict[str, ir.Var]:
     # a finite start keeps exp(m - m_new) defined when the first scores are masked to -inf
-    lowest = gen.dialect.lowest[gen.cdtype]
+    lowest = ir.Raw(gen.dialect.lowest[gen.cdtype], gen.cdtype)
     return {"m": gen.var(lowest, "m"), "l": gen.var(gen.lit(0.0), "l")}
 
 
-def _softmax_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tuple[str | None, str]:
+def _softmax_step(
+    gen: KernelGen, node: Node, st: dict[str, ir.Var], s: Expr
+) -> tuple[Expr | None, Expr]:
     # fmax_any: a NaN score may be dropped from m, its weight exp(NaN - m) is NaN anyway
-    mn = gen.let(f"{gen.fn('fmax_any')}({st['m']}, {s})", "mnew")
-    c = gen.let(f"{gen.fn('exp')}({st['m']} - {mn})", "c")
-    p = gen.let(f"{gen.fn('exp')}({s} - {mn})", "p")
-    gen.w.line(f"{st['l']} = {st['l']} * {c} + {p};")
-    gen.w.line(f"{st['m']} = {mn};")
+    m, l = st["m"], st["l"]  # noqa: E741  (the paper's name)
+    mn = gen.let(gen.call("fmax_any", m, s), "mnew")
+    c = gen.let(gen.call("exp", m - mn), "c")
+    p = gen.let(gen.call("exp", s - mn), "p")
+    gen.w.line(ir.Assign(l, l * c + p))
+    gen.w.line(ir.Assign(m, mn))
     return c, p
 
 
 def _softmax_block(
-    gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int, vec: bool = False
-) -> str:
+    gen: KernelGen, node: Node, st: dict[str, ir.Var], sc: str, n: int, vec: bool = False
+) -> Expr:
     # one max and one rescale per chunk; the chunk's exponentials form one loop (on vectors,
     # exp(floatN) is a single vectorised call)
-    w, fmax, exp = gen.w, gen.fn("fmax_any"), gen.fn("exp")
-    t = gen.vtype if vec else gen.ctype
-    mv = gen.var(f"{sc}[0]", "mv", t)
-    w.line(f"for (int u = 1; u < {n}; ++u) {mv} = {fmax}({mv}, {sc}[u]);")
-    mb = gen.let(f"{fmax}({st['m']}, {gen.across_lanes(mv, 'max', False) if vec else mv})", "mb")
-    c = gen.let(f"{exp}({st['m']} - {mb})", "c")
-    ps = gen.var(f"({t})({gen.lit(0.0)})" if vec else gen.lit(0.0), "ps", t)
-    w.line(f"for (int u = 0; u < {n}; ++u) {{ {sc}[u] = {exp}({sc}[u] - {mb}); {ps} += {sc}[u]; }}")
-    w.line(f"{st['l']} = {st['l']} * {c} + {gen.across_lanes(ps, 'sum') if vec else ps};")
-    w.line(f"{st['m']} = {mb};")
+    typ = gen.vt if vec else gen.cdtype
+    m, l = st["m"], st["l"]  # noqa: E741
+    mv = gen.var(ir.Elem(sc, ir.Const(0, "int32"), typ), "mv", typ)
+    with _count(gen, "u", n, 1) as u:
+        gen.w.line(ir.Assign(mv, gen.call("fmax_any", mv, ir.Elem(sc, u, typ))))
+    top = gen.across_lanes(mv, "max", False) if vec else mv
+    mb = gen.let(gen.call("fmax_any", m, top), "mb")
+    c = gen.let(gen.call("exp", m - mb), "c")
+    ps = gen.var(_zero(gen, typ), "ps", typ)
+    with _count(gen, "u", n) as u:
+        score = ir.Elem(sc, u, typ)
+        gen.w.line(ir.Assign(score, gen.call("exp", score - mb)))
+        gen.w.line(ir.Assign(ps, score, "+="))
+    gen.w.line(ir.Assign(l, l * c + (gen.across_lanes(ps, "sum") if vec else ps)))
+    gen.w.line(ir.Assign(m, mb))
     return c
 
 
 def _l2_block(
-    gen: KernelGen, node: Node, st: dict[str, str], sc: str, n: int, vec: bool = False
+    gen: KernelGen, node: Node, st: dict[str, ir.Var], sc: str, n: int, vec: bool = False
 ) -> None:
-    t = gen.vtype if vec else gen.ctype
-    qv = gen.var(f"({t})({gen.lit(0.0)})" if vec else gen.lit(0.0), "qv", t)
-    gen.w.line(f"for (int u = 0; u < {n}; ++u) {qv} += {sc}[u] * {sc}[u];")
-    gen.w.line(f"{st['ss']} += {gen.across_lanes(qv, 'sum') if vec else qv};")
+    typ = gen.vt if vec else gen.cdtype
+    qv = gen.var(_zero(gen, typ), "qv", typ)
+    with _count(gen, "u", n) as u:
+        gen.w.line(ir.Assign(qv, ir.Elem(sc, u, typ) * ir.Elem(sc, u, typ), "+="))
+    gen.w.line(ir.Assign(st["ss"], gen.across_lanes(qv, "sum") if vec else qv, "+="))
     return None
 
 
-def _l2_init(gen: KernelGen, node: Node) -> dict[str, str]:
+def _l2_init(gen: KernelGen, node: Node) -> dict[str, ir.Var]:
     return {"ss": gen.var(gen.lit(0.0), "ss")}
 
 
-def _l2_step(gen: KernelGen, node: Node, st: dict[str, str], s: str) -> tuple[str | None, str]:
-    gen.w.line(f"{st['ss']} += {s} * {s};")
+def _l2_step(
+    gen: KernelGen, node: Node, st: dict[str, ir.Var], s: Expr
+) -> tuple[Expr | None, Expr]:
+    gen.w.line(ir.Assign(st["ss"], s * s, "+="))
     return None, s
 
 
@@ -114,14 +143,14 @@ STREAM_ACCUMULATORS: dict[type, StreamAccumulator] = {
     L.Softmax: StreamAccumulator(
         _softmax_init,
         _softmax_step,
-        lambda g, n, st: f"({g.lit(1.0)} / {st['l']})",
+        lambda g, n, st: g.lit(1.0) / st["l"],
         _softmax_block,
         -math.inf,
     ),
     L.L2Norm: StreamAccumulator(
         _l2_init,
         _l2_step,
-        lambda g, n, st: f"{g.fn('rsqrt')}({st['ss']} + {g.lit(n.op.eps)})",  # type: ignore[attr-defined]
+        lambda g, n, st: g.call("rsqrt", st["ss"] + g.lit(n.op.eps)),  # type: ignore[attr-defined]
         _l2_block,
         0.0,
     ),
@@ -132,15 +161,22 @@ COMPLETING = frozenset({"sum", "mean", "max", "min", "online_softmax", "l2"})
 MAX_ACC_ELEMS = 4096  # a work-item's accumulators live in private memory (the stack on a CPU)
 
 
-def causal_bound(gen: KernelGen, n: Node, x: Axis, env: dict[Axis, str]) -> str | None:
+def causal_bound(gen: KernelGen, n: Node, x: Axis, env: Mapping[Axis, Expr | str]) -> Expr | None:
     """A causal mask whose fill is neutral for this normaliser (-inf for softmax, 0 for L2)
     zeroes every key after ``q + offset``: stop the stream there."""
     neutral = "-inf" if isinstance(n.op, L.Softmax) else "0"
     for i in gen.kernel.nodes:
         op = gen.graph.nodes[i].op
         if isinstance(op, L.CausalMask) and op.x == x and op.q in env and op.fill == neutral:
-            return f"{env[op.q]} + {gen.size(op.x) - gen.size(op.q) + 1}"
+            return gen.ix(env[op.q]) + gen.ix(gen.size(op.x) - gen.size(op.q) + 1)
     return None
+
+
+def _stop(gen: KernelGen, x: Axis, bound: Expr | None) -> Expr:
+    """Where a walk along ``x`` stops: its size, or before it at a causal ``bound``."""
+    if bound is None:
+        return gen.ix(gen.size(x))
+    return ir.Call("min", (gen.index_const(gen.size(x)), bound), gen.ityp)
 
 
 class _Acc:
@@ -149,7 +185,7 @@ class _Acc:
     vectors along that axis."""
 
     def __init__(
-        self, gen: KernelGen, node: Node, env: dict[Axis, str], vec: Axis | None = None
+        self, gen: KernelGen, node: Node, env: Mapping[Axis, Expr], vec: Axis | None = None
     ) -> None:
         self.node = node
         out = node.outputs[0]
@@ -157,7 +193,8 @@ class _Acc:
         self.vec = vec
         self.n = math.prod(gen.size(a) for a in self.free)
         self.name = gen.unique("acc")
-        self.state: dict[str, str] = {}
+        self.type = gen.cdtype if vec is None else gen.vt
+        self.state: dict[str, ir.Var] = {}
         self.norm: Node | None = None
 
     def fits(self) -> bool:
@@ -165,30 +202,42 @@ class _Acc:
         at compile time) and fits private memory; else the template declines the kernel."""
         return isinstance(self.n, int) and self.n <= MAX_ACC_ELEMS
 
-    def flat(self, gen: KernelGen, index: Mapping[Axis, str]) -> str:
-        expr = ""
+    def length(self, gen: KernelGen) -> int:
+        assert isinstance(self.n, int)
+        return self.n if self.vec is None else self.n // gen.dialect.vector_width
+
+    def at(self, gen: KernelGen, index: Mapping[Axis, Expr | str]) -> ir.Elem:
+        """The element of the accumulator for ``index`` (row-major over ``free``)."""
+        flat: Expr | None = None
         for a in self.free:
-            expr = index[a] if not expr else f"({expr}) * {gen.size(a)} + {index[a]}"
-        if self.vec is not None:  # inside the vector loop the flat index is a lane multiple
-            return f"({expr}) / {gen.dialect.vector_width}"
-        return expr or "0"
+            i = gen.ix(index[a])
+            flat = i if flat is None else flat * gen.ix(gen.size(a)) + i
+        if flat is None:
+            flat = gen.ix(0)
+        elif self.vec is not None:  # inside the vector loop the flat index is a lane multiple
+            flat = flat / gen.dialect.vector_width
+        return ir.Elem(self.name, flat, self.type)
 
-    def declare(self, gen: KernelGen, init: str) -> None:
-        ctype, n = gen.ctype, self.n
+    def declare(self, gen: KernelGen, init: Expr) -> None:
         if self.vec is not None:
-            ctype, n, init = gen.vtype, n // gen.dialect.vector_width, f"({gen.vtype})({init})"
-        gen.w.line(f"{ctype} {self.name}[{n}];")
-        gen.w.line(f"for (int j = 0; j < {n}; ++j) {self.name}[j] = {init};")
+            init = ir.Broadcast(init, self.type)
+        n = self.length(gen)
+        gen.w.line(ir.Array(self.name, self.type, n))
+        with _count(gen, "j", n) as j:
+            gen.w.line(ir.Assign(ir.Elem(self.name, j, self.type), init))
 
-    def rescale(self, gen: KernelGen, factor: str) -> None:
-        n = self.n // gen.dialect.vector_width if self.vec is not None else self.n
-        gen.w.line(f"for (int j = 0; j < {n}; ++j) {self.name}[j] *= {factor};")
+    def rescale(self, gen: KernelGen, factor: Expr) -> None:
+        with _count(gen, "j", self.length(gen)) as j:
+            gen.w.line(ir.Assign(ir.Elem(self.name, j, self.type), factor, "*="))
 
 
 def _over(
-    gen: KernelGen, axes: list[Axis], env: dict[Axis, str], body: Callable[[dict[Axis, str]], Any]
+    gen: KernelGen,
+    axes: list[Axis],
+    env: Mapping[Axis, Expr],
+    body: Callable[[dict[Axis, Expr]], Any],
 ) -> None:
-    def go(e: dict[Axis, str], rest: list[Axis]) -> None:
+    def go(e: dict[Axis, Expr], rest: list[Axis]) -> None:
         if not rest:
             body(e)
             return
@@ -198,12 +247,13 @@ def _over(
     go(dict(env), axes)
 
 
-def _term(gen: KernelGen, node: Node, x: Axis, e: dict[Axis, str]) -> str:
+def _term(gen: KernelGen, node: Node, x: Axis, e: Mapping[Axis, Expr]) -> Expr:
     """The product a contraction adds at one index of every contracted axis."""
     op = node.op
     if isinstance(op, L.Linear):
-        return f"{gen.load(node.inputs[0], e)} * {linear_weight(gen, node, e, e)}"
-    return " * ".join(gen.load(v, e) for v in node.inputs)
+        return gen.load(node.inputs[0], e) * linear_weight(gen, node, e, e)
+    factors = [gen.load(v, e) for v in node.inputs]
+    return functools.reduce(operator.mul, factors[1:], factors[0])
 
 
 def _contracted(node: Node) -> tuple[Axis, ...]:
@@ -254,13 +304,12 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
         )
         acc.declare(gen, init)
         accs.append(acc)
-    limit = str(gen.size(x))
+    bound = None
     if len(accs) == 1 and accs[0].norm is not None:
         bound = causal_bound(gen, accs[0].norm, x, env)
-        limit = limit if bound is None else f"min({gen.index_lit(gen.size(x))}, {bound})"
-    ix = gen.unique(f"i_{x.name}", "i")
-    with gen.w.block(f"for ({gen.itype} {ix} = 0; {ix} < {limit}; ++{ix})", ix):
-        xenv = {**env, x: ix}
+    ix = ir.Var(gen.unique(f"i_{x.name}", "i"), gen.ityp)
+    with gen.w.block(ir.For(ix, gen.ix(0), _stop(gen, x, bound)), ix.name):
+        xenv: dict[Axis, Expr] = {**env, x: ix}
         for a in k.axes():
             if a not in xenv and gen.root(a) == x:
                 xenv[a] = ix
@@ -362,7 +411,7 @@ def row_axis(gen: KernelGen, par: list[Axis], other: int) -> Axis | None:
     return None
 
 
-def _vector_axis(gen: KernelGen, node: Node, other: int, env: dict[Axis, str]) -> Axis | None:
+def _vector_axis(gen: KernelGen, node: Node, other: int, env: Mapping[Axis, Expr]) -> Axis | None:
     """The accumulator's one free axis, when every array holding it stores it with unit stride
     and whatever follows the contraction in the kernel has vector rules."""
     from ncd.codegen.vector import has_vector_rule
@@ -411,13 +460,13 @@ def _rows_template(
     want = chosen or ROWS
     rows = 1 if row is None else want if known is None else min(want, known)
     env, total = gen.open_grid(par, {row: rows} if row is not None and rows > 1 else None)
-    envs = [env]
+    envs: list[dict[Axis, Expr]] = [env]
     if row is not None and rows > 1:
         envs = []
+        last_row = gen.index_const(gen.size(row) - 1)
         for r in range(rows):
-            i = gen.unique(f"i_{row.name}_{r}", "i")
-            last_row = gen.index_lit(gen.size(row) - 1)
-            w.line(f"const {gen.itype} {i} = min({env[row]} + {r}, {last_row});")
+            i = ir.Var(gen.unique(f"i_{row.name}_{r}", "i"), gen.ityp)
+            w.line(ir.Decl(i, ir.Call("min", (env[row] + r, last_row), gen.ityp), const=True))
             envs.append({a: i if a == row or gen.root(a) == row else e for a, e in env.items()})
     width = gen.dialect.vector_width
     vec = _vector_axis(gen, node, other, env)
@@ -432,28 +481,29 @@ def _rows_template(
         acc.state = rule.init(gen, norm)
         acc.declare(gen, gen.lit(0.0))
         accs.append(acc)
-    limit = str(gen.size(x))
     bound = causal_bound(gen, norm, x, envs[-1])  # the last row sees the most keys
-    if bound is not None:
-        limit = f"min({gen.index_lit(gen.size(x))}, {bound})"
-    last = gen.index_lit(gen.size(x) - 1)
-    lim = gen.let(limit, "lim", f"const {gen.itype}") if not limit.isdigit() else limit
-    x0 = gen.unique(f"i0_{x.name}", "i")  # the chunk's first key (class tag: an axis name)
-    with w.block(f"for ({gen.itype} {x0} = 0; {x0} < {lim}; {x0} += {n})"):
+    stop = _stop(gen, x, bound)
+    lim = stop if isinstance(stop, ir.Const) else gen.let(stop, "lim", gen.ityp, const=True)
+    last = gen.index_const(gen.size(x) - 1)
+    x0 = ir.Var(gen.unique(f"i0_{x.name}", "i"), gen.ityp)  # the chunk's first key
+    with w.block(ir.For(x0, gen.ix(0), lim, n), x0.name):
         scs = []
         for _ in accs:
             sc = gen.unique("sc")
             if vectors:
-                w.line(f"{gen.vtype} {sc}v[{n // width}];")
-                w.line(f"{gen.ctype}* {sc} = ({gen.ctype}*){sc}v;")
+                w.line(ir.Array(f"{sc}v", gen.vt, n // width))
+                whole = ir.Var(f"{sc}v", f"{gen.vt}*")
+                w.line(ir.Decl(ir.Var(sc, f"{gen.cdtype}*"), ir.Convert(whole, f"{gen.cdtype}*")))
             else:
-                w.line(f"{gen.ctype} {sc}[{n}];")
+                w.line(ir.Array(sc, gen.cdtype, n))
             scs.append(sc)
-        ix = gen.unique(f"i_{x.name}", "i")
-        with w.block(f"for ({gen.itype} {ix} = {x0}; {ix} < {x0} + {n}; ++{ix})", ix):
+        ix = ir.Var(gen.unique(f"i_{x.name}", "i"), gen.ityp)
+        with w.block(ir.For(ix, x0, x0 + n), ix.name):
+            key = ir.Call("min", (ix, last), gen.ityp)
             for e, sc in zip(envs, scs, strict=True):
-                s = gen.load(norm.inputs[0], {**e, **alias_x(gen, x, f"min({ix}, {last})")})
-                w.line(f"{sc}[{ix} - {x0}] = {ix} < {lim} ? {s} : {gen.lit(rule.pad)};")
+                s = gen.load(norm.inputs[0], {**e, **alias_x(gen, x, key)})
+                score = ir.Select(ix.cmp("<", lim), s, gen.lit(rule.pad))
+                w.line(ir.Assign(ir.Elem(sc, ix - x0, gen.cdtype), score))
         for acc, sc in zip(accs, scs, strict=True):
             assert rule.block is not None
             rescale = (
@@ -463,18 +513,17 @@ def _rows_template(
             )
             if rescale is not None:
                 acc.rescale(gen, rescale)
-        t = gen.unique("t")
+        t = ir.Var(gen.unique("t"), gen.ityp)
         gen.vec = vec  # from here on loops over the accumulator's axis step by vectors (the
         # scores above may contract that very axis, as attention's q.k and p.v share d_head)
-        with w.block(f"for ({gen.itype} {t} = 0; {t} < {n}; ++{t})", t):
-            ps = [gen.let(f"{sc}[{t}]", "p") for sc in scs]
-            e = {**env, **alias_x(gen, x, f"min({x0} + {t}, {last})")}
+        with w.block(ir.For(t, gen.ix(0), gen.ix(n)), t.name):
+            ps = [gen.let(ir.Elem(sc, t, gen.cdtype), "p") for sc in scs]
+            e = {**env, **alias_x(gen, x, ir.Call("min", (x0 + t, last), gen.ityp))}
 
-            def upd(ev: dict[Axis, str]) -> None:
+            def upd(ev: dict[Axis, Expr]) -> None:
                 val = gen.let(gen.load(other, ev), "val")
                 for acc, p in zip(accs, ps, strict=True):
-                    f = acc.flat(gen, ev)
-                    w.line(f"{acc.name}[{f}] += {p} * {val};")
+                    w.line(ir.Assign(acc.at(gen, ev), p * val, "+="))
 
             _over(gen, accs[0].free, e, upd)
     for acc, e in zip(accs, envs, strict=True):
@@ -486,57 +535,56 @@ def _rows_template(
     return gen.launch(total, "streamed", local)
 
 
-def alias_x(gen: KernelGen, x: Axis, expr: str) -> dict[Axis, str]:
+def alias_x(gen: KernelGen, x: Axis, expr: Expr | str) -> dict[Axis, Any]:
     # axes renamed *from* the stream axis only: a rename into it (keys made from the query
     # axis) must not tie the query index to the key index
     return {a: expr for a in gen.kernel.axes() if a == x or gen.root(a) == x}
 
 
-def _step(gen: KernelGen, acc: _Acc, x: Axis, xenv: dict[Axis, str]) -> None:
-    node, w, a = acc.node, gen.w, acc.name
+def _step(gen: KernelGen, acc: _Acc, x: Axis, xenv: dict[Axis, Expr]) -> None:
+    node, w = acc.node, gen.w
     if acc.norm is not None:
         rule = STREAM_ACCUMULATORS[type(acc.norm.op)]
         s = gen.load(acc.norm.inputs[0], xenv)
         rescale, p = rule.step(gen, acc.norm, acc.state, s)
         other = next(v for v in node.inputs if v != acc.norm.outputs[0])
 
-        def upd(e: dict[Axis, str]) -> None:
-            f = acc.flat(gen, e)
-            old = f"{a}[{f}] * {rescale}" if rescale else f"{a}[{f}]"
-            w.line(f"{a}[{f}] = {old} + {p} * {gen.load(other, e)};")
+        def upd(e: dict[Axis, Expr]) -> None:
+            el = acc.at(gen, e)
+            old = el if rescale is None else el * rescale
+            w.line(ir.Assign(el, old + p * gen.load(other, e)))
 
         _over(gen, acc.free, xenv, upd)
         return
     inner = [c for c in _contracted(node) if c != x and c not in xenv]
     fn = getattr(node.op, "fn", "sum")
 
-    def add(e: dict[Axis, str]) -> None:
-        f = acc.flat(gen, e)
+    def add(e: dict[Axis, Expr]) -> None:
+        el = acc.at(gen, e)
         t = gen.load(node.inputs[0], e) if isinstance(node.op, L.Reduce) else _term(gen, node, x, e)
         if fn in ("max", "min"):
-            w.line(f"{a}[{f}] = {gen.fn('f' + fn)}({a}[{f}], {t});")
+            w.line(ir.Assign(el, gen.call("f" + fn, el, t)))
         else:
-            w.line(f"{a}[{f}] += {t};")
+            w.line(ir.Assign(el, t, "+="))
 
     _over(gen, acc.free, xenv, lambda e: _over(gen, inner, e, add))
 
 
 def _bind(gen: KernelGen, acc: _Acc) -> None:
     node = acc.node
-    scale = ""
+    scale: Expr | None = None
     if acc.norm is not None:
-        scale = gen.let(
-            STREAM_ACCUMULATORS[type(acc.norm.op)].scale(gen, acc.norm, acc.state), "scale"
-        )
+        rule = STREAM_ACCUMULATORS[type(acc.norm.op)]
+        scale = gen.let(rule.scale(gen, acc.norm, acc.state), "scale")
     elif getattr(node.op, "fn", "") == "mean":
         scale = gen.recip(math.prod(gen.size(c) for c in _contracted(node)))
 
-    def expr(index: Mapping[Axis, str]) -> str:
-        e = f"{acc.name}[{acc.flat(gen, index)}]"
-        if scale:
-            e = f"({e} * {scale})"
+    def expr(index: Mapping[Axis, Expr]) -> Expr:
+        e: Expr = acc.at(gen, index)
+        if scale is not None:
+            e = e * scale
         if isinstance(node.op, L.Linear) and node.op.bias:
-            e = f"({e} + {gen.param(node, 'bias', index)})"
+            e = e + gen.param(node, "bias", index)
         return e
 
     gen.bound[node.outputs[0]] = expr
