@@ -25,6 +25,7 @@ from typing import Any
 
 from ncd.axis import Axis
 from ncd.codegen import KernelGen, KernelSource
+from ncd.codegen.ir import Expr
 from ncd.codegen.stream import alias_x, causal_bound, normalised_operands, row_axis
 from ncd.graph import Node
 from ncd.kernel import Partition
@@ -180,7 +181,9 @@ def flash_template(gen: KernelGen) -> KernelSource | None:
     w.line(f"__shared__ __align__(16) unsigned short vt[{vn}][{BX + PAD}];")
     w.line("const int tile = blockIdx.x;")
     w.line(f"const int q0 = (tile % {tiles_q}) * {BQ};")
-    benv = gen.split(batch, f"(tile / {tiles_q})") if batch else {}
+    benv: dict[Axis, Expr | str] = {}
+    if batch:
+        benv.update(gen.split(batch, f"(tile / {tiles_q})"))
     w.line("const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;")
     w.line("const int g = lane / 4, t = lane % 4;")
     w.line("const int wr = q0 + warp * 16;  // the warp's first query row")
@@ -188,7 +191,7 @@ def flash_template(gen: KernelGen) -> KernelSource | None:
     kq = dn // 16
     w.line(f"unsigned qa[{kq}][4];")
 
-    def pair(buf: Any, env_lo: dict[Axis, str], env_hi: dict[Axis, str]) -> str:
+    def pair(buf: Any, env_lo: dict[Axis, Expr | str], env_hi: dict[Axis, Expr | str]) -> str:
         lo = f"{buf.name}[{buf.address(env_lo)}]"
         hi = f"{buf.name}[{buf.address(env_hi)}]"
         return f"((unsigned){lo} | ((unsigned){hi} << 16))"

@@ -228,7 +228,7 @@ def _vector_epilogue(
                 env.update({a: env[src] for a, src in renames.items() if src in env})
                 guard = f"mb * {RM} + {i} < {msz} && nb * {RN} + {j} < {nsz}"
                 put = gen.dialect.store(
-                    out.dtype, out.name, out.address(env), gen.dialect.lane(val, n)
+                    out.dtype, out.name, gen.c(out.address(env)), gen.dialect.lane(gen.c(val), n)
                 )
                 w.line(f"if ({guard}) {put}")
 
