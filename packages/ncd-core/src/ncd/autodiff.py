@@ -31,6 +31,8 @@ from ncd.graph import Graph, Scope, as_graph
 from ncd.op import Op, registrar
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
+from ncd.primitives.batchnorm import BatchNorm
+from ncd.primitives.window import Window
 from ncd.sizes import Config
 from ncd.walk import rule_for
 
@@ -364,6 +366,69 @@ def _mask(t: Tape, op: L.CausalMask, xs: list[int], ys: list[int], cts: Any, nee
 @_vjp(L.Scale)
 def _scale(t: Tape, op: L.Scale, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     return [t.one(L.Scale(op.by, op.power), cts[0])]
+
+
+def _identity(t: Tape, a: Axis, b: Axis, like: int) -> int:
+    """``[a b]``: 1.0 where the two indices are equal (``|a| == |b|``), from core ops: the
+    product of the two triangles of a square of ones."""
+    ones_a, ones_b = t.const(1.0, (a,), like), t.const(1.0, (b,), like)
+    lower = t.one(L.CausalMask(a, b, "0"), t.one(L.Einsum(((a,), (b,)), (a, b)), ones_a, ones_b))
+    upper = t.one(L.CausalMask(b, a, "0"), t.one(L.Einsum(((b,), (a,)), (b, a)), ones_b, ones_a))
+    return t.bin("mul", lower, upper)
+
+
+@_vjp(Window)
+def _window(t: Tape, op: Window, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
+    # The transpose of a window scatters each tap back onto the input element it read:
+    # dx[i] = sum over (o, j) with o*s + j'*d - p = i*u of ct[o, j] (j' the tap, j or its
+    # reverse). That is again a window, over the positions: the cotangent spread ``stride``
+    # apart, read ``upsample`` apart with the offsets reversed, which puts at [i, j2] the
+    # element ct[(i*u + p - j2'*d) / s, j] of every j; the taps with j2 == j are kept (an
+    # identity over the two offset axes) and summed. Its padding (k-1)*d - p may be negative
+    # (a 1-wide kernel padded by 1): then ``a`` more positions are made in front and sliced off.
+    n, m, k = _size(t, op.axis, op), _size(t, op.out, op), _size(t, op.k, op)
+    s, p, d, u = op.stride, op.padding, op.dilation, op.upsample
+    ahead = -(-max(0, p - (k - 1) * d) // u)  # ceil: positions in front to slice off
+    pad = (k - 1) * d - p + ahead * u
+    # the least end padding giving ahead + n positions, never cutting into the cotangent
+    least = (ahead + n - 1) * u + d * (k - 1) + 1 - ((m - 1) * s + 1 + 2 * pad)
+    extra = max(least, -pad)
+    size = ((m - 1) * s + 1 + 2 * pad + extra - d * (k - 1) - 1) // u + 1
+    whole = op.axis if ahead == 0 and size == n else Axis(f"{op.axis.name}_taps", size=size)
+    taps = Axis(f"{op.k.name}_back", size=k)
+    back = Window(
+        op.out,
+        whole,
+        taps,
+        stride=u,
+        padding=pad,
+        dilation=d,
+        upsample=s,
+        extra=extra,
+        reverse=not op.reverse,
+    )
+    spread = t.one(back, cts[0])
+    eye = _identity(t, taps, op.k, cts[0])
+    rest = tuple(a for a in t.axes(spread) if a not in (taps, op.k))
+    dx = t.one(L.Einsum((t.axes(spread), t.axes(eye)), rest), spread, eye)
+    if whole != op.axis:
+        dx = t.one(X.Slice(whole, op.axis, ahead), dx)
+    return [dx]
+
+
+@grad_rule(BatchNorm)
+def _batch_norm(t: Tape, op: BatchNorm, xs: list[int]) -> list[int]:
+    # eval form, lowered: (x - running_mean) * rsqrt(running_var + eps) (* weight + bias), so
+    # the input and every parameter (the running statistics too) get their cotangent
+    fmt = op.dtype
+    (c,) = t.forward(L.Binary("sub", dtype=fmt), [xs[0], t.param(op, "running_mean")])
+    (r,) = t.forward(L.Scalar("add", op.eps, dtype=fmt), [t.param(op, "running_var")])
+    (r,) = t.forward(L.Unary("rsqrt", dtype=fmt), [r])
+    (y,) = t.forward(L.Binary("mul", dtype=fmt), [c, r])
+    if op.affine:
+        (y,) = t.forward(L.Binary("mul", dtype=fmt), [y, t.param(op, "weight")])
+        (y,) = t.forward(L.Binary("add", dtype=fmt), [y, t.param(op, "bias")])
+    return [y]
 
 
 # -- contractions and learned maps -------------------------------------------------------------

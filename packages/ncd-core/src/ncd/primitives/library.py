@@ -557,15 +557,16 @@ class Learned(Op):
 @register_op
 @attrs.frozen
 class Parameter(Learned):
-    """One named parameter (``weight`` or ``bias``) of another op, output as a value:
-    ``ncd.grad`` reads a linear map's or a norm's parameters through it, under the owner's
-    parameter names (a ``Learned`` whose parameter may be a bias). Its initialiser is
-    ``Learned``'s (a fan-in uniform one becomes ``normal``): initialise from the model."""
+    """One named parameter (``weight``, ``bias``, a batch norm's running statistics) of another
+    op, output as a value: ``ncd.grad`` reads a linear map's or a norm's parameters through it,
+    under the owner's parameter names (a ``Learned`` whose parameter may be a bias). Its
+    initialiser is ``Learned``'s (a fan-in uniform one becomes ``normal``): initialise from the
+    model."""
 
     kind: ClassVar[str] = "parameter"
     #: the weight and the bias of one op share its parameter path (see ``Builder._path``)
     shares_path: ClassVar[bool] = True
-    param: str = choice_field(("weight", "bias"), "weight")
+    param: str = choice_field(("weight", "bias", "running_mean", "running_var"), "weight")
 
     def params(self) -> tuple[Param, ...]:
         return (Param(self.param, self.axes_, self.init),)
