@@ -144,18 +144,20 @@ def test_0d_and_uniform_buffers_are_constants_and_others_are_refused():
         from_torch(module, (x,))
 
 
-def test_gpt2_fused_qkv_split_becomes_three_linears():
+def test_gpt2_fused_qkv_split_stays_one_linear():
+    """``c_attn(x).split(d, dim=-1)``: one Linear onto ``qkv`` (torch's one parameter, loaded
+    as it is), then a slice per chunk, each viewed as ``heads d_head``."""
     from torch_gpt2 import FusedQKV
 
     torch.manual_seed(4)
-    imported = _check(FusedQKV(), torch.randn(2, 7, 12))
-    assert imported.torch_names["c_attn_1.weight"] == "c_attn.weight[12:24]"
-    assert imported.params["c_attn_1.weight"].shape == (3, 4, 12)
+    module = FusedQKV()
+    imported = _check(module, torch.randn(2, 7, 12))
+    assert imported.torch_names["c_attn.weight"] == "c_attn.weight"
+    assert imported.params["c_attn.weight"].shape == (36, 12)
+    assert len(imported.params) == len(list(module.parameters()))
     text = imported.model.explain()
-    assert (
-        "c_attn_0: [d_model -> heads d_head]" in text
-        and "c_proj: [heads d_head -> d_model]" in text
-    )
+    assert "c_attn: [d_model -> qkv]" in text and "c_attn_1: [qkv -> k]" in text
+    assert "c_proj: [heads d_head -> d_model]" in text
 
 
 class NanoAttention(nn.Module):

@@ -113,11 +113,23 @@ def test_reads_like_ncd_gpt(imported):
         "d_head": 8,
         "d_ff": 128,
         "vocab": 61,
+        # c_attn stays one Linear onto qkv, sliced into q, k and v
+        "qkv": 96,
+        "q": 32,
+        "k": 32,
+        "v": 32,
+        # the tied table's one-hot lookup: an index ramp over vocab from two short ramps
+        "vocab_lo": 8,
+        "vocab_lo_j": 8,
+        "vocab_hi": 8,
+        "vocab_hi_j": 8,
+        "vocab_pad": 64,
     }
     assert "causal_mask: [seq seq_k -> seq seq_k]" in text
     assert "wpe: [ -> seq d_model]" in text
     assert "constant" not in text and "cast" not in text
-    assert "c_attn_0: [d_model -> heads d_head]" in text
+    assert "c_attn: [d_model -> qkv]" in text
+    assert "c_attn_0: [qkv -> q]" in text
     assert "c_proj: [heads d_head -> d_model]" in text
     names = set(result.torch_names.values())
     assert any(n.endswith("wpe.weight[0:16]") for n in names)  # 16 of the 32 positions
@@ -264,16 +276,17 @@ def test_a_returned_cache_names_use_cache_false():
 
 
 def test_gpt2_conv1d_weights_are_transposed_linears():
+    """HF GPT-2's Conv1D (in x out) is a Linear; its packed c_attn stays one parameter."""
     pytest.importorskip("transformers")
     module = _gpt2("sdpa")
     result = from_torch(module, (_ids(),))
     state = module.state_dict()
-    w = result.params["m.transformer.h.0.attn.c_attn_1.weight"]  # (heads, d_head, d_model)
-    assert result.torch_names["m.transformer.h.0.attn.c_attn_1.weight"] == (
-        "m.transformer.h.0.attn.c_attn.weight.T[32:64]"
+    w = result.params["m.transformer.h.0.attn.c_attn.weight"]  # (qkv, d_model)
+    assert result.torch_names["m.transformer.h.0.attn.c_attn.weight"] == (
+        "m.transformer.h.0.attn.c_attn.weight.T"
     )
     conv = state["m.transformer.h.0.attn.c_attn.weight"].numpy()  # (in, 3 * out)
-    np.testing.assert_array_equal(w.reshape(32, 32), conv[:, 32:64].T)
+    np.testing.assert_array_equal(w, conv.T)
     fc = result.params["m.transformer.h.1.mlp.c_fc.weight"]
     np.testing.assert_array_equal(fc, state["m.transformer.h.1.mlp.c_fc.weight"].numpy().T)
 
@@ -288,15 +301,28 @@ def test_shorter_sequence_reads_the_first_positions():
     np.testing.assert_array_equal(result.params["transformer.wpe.weight"], table[:5])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tied weights and GPT-2's fused c_attn need core support (one parameter read by two "
-    "ops, or gather/slice ops): import duplicates the tied table and splits c_attn in three",
-)
-def test_parameter_count_equals_the_unique_torch_parameters():
-    module = _nano(True).eval()
-    result = from_torch(module, (_ids(),))
+@pytest.mark.parametrize("name", ["nanogpt-sdpa", "hf-gpt2-sdpa"])
+def test_parameter_count_equals_the_unique_torch_parameters(name: str) -> None:
+    """The tied token table is one parameter (its embedding and unembedding read the same
+    array) and GPT-2's packed c_attn one: as many parameters as torch has, gradients too."""
+    module = MODELS[name]().eval()
+    ids = _ids()
+    result = from_torch(module, (ids,))
     assert len(result.params) == len(list(module.parameters()))
+    tied = [k for k in result.params if k.endswith("wte.weight")]
+    assert len(tied) == 1
+    # both readers' gradients arrive in the one parameter's: ncd.grad matches autograd
+    targets = torch.randint(0, 61, ids.shape, generator=torch.Generator().manual_seed(5))
+    loss_model = result.model >> ncd.nn.cross_entropy()
+    names = {k.split(".", 1)[1]: k for k in ncd.init(loss_model, seed=0)}  # under the model's scope
+    params = {names[k]: v for k, v in result.params.items()}
+    _, grads = ncd.run(ncd.grad(loss_model), ids.numpy(), targets.numpy(), params=params)
+    logits = module(ids)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 61), targets.reshape(-1))
+    loss.backward()
+    table = dict(module.named_parameters(remove_duplicate=False))[result.torch_names[tied[0]]]
+    assert table.grad is not None
+    assert np.abs(grads[names[tied[0]]] - table.grad.numpy()).max() < 1e-5
 
 
 class ConvNet(nn.Module):

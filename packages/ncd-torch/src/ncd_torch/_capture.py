@@ -31,6 +31,7 @@ from ncd_torch._import_rules import (
     Refusal,
     TorchImportError,
 )
+from ncd_torch._import_tied import tied_params
 
 __all__ = ["Capture", "Record", "Scope"]
 
@@ -86,6 +87,7 @@ class Capture(ViewsMixin):
         self.program = program
         self.root = root or "the module"
         self.param_of = dict(sig.inputs_to_parameters)
+        self.tied = tied_params(program)  # parameters two ops read: one ncd parameter each
         # buffers and lifted constants: only 0-d ones are importable (as ncd constants)
         self.const_of = {**sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
         self.user_inputs = list(sig.user_inputs)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ncd import ops as L
 from ncd.errors import NcdError
+from ncd_torch import _import_tied
 
 if TYPE_CHECKING:
     from ncd_torch._import import Capture
@@ -343,6 +344,9 @@ def _embedding(c: Capture, node: Any) -> None:
         _positions(c, node)
         return
     weight, ids = node.args[0], c.plain(node.args[1])
+    if weight.name in c.tied:  # one parameter with an unembedding (nanoGPT's lm_head)
+        _import_tied.lookup(c, node, _import_tied.table(c, node, weight), ids)
+        return
     table = c.param(weight)
     vocab = c.axes.new(table.shape[0], "vocab", 3)
     out = c.axes.new(table.shape[1], "d_model", 2)
@@ -397,8 +401,13 @@ def _positions(c: Capture, node: Any) -> None:
 @import_rule("aten.linear")
 def _linear(c: Capture, node: Any) -> None:
     x = c.key(node.args[0])
-    weight = c.param(node.args[1])
     has_bias = len(node.args) > 2 and node.args[2] is not None
+    if node.args[1].name in c.tied:  # the unembedding of a tied token table
+        key = _import_tied.table(c, node, node.args[1])
+        bias = node.args[2] if has_bias else None
+        _import_tied.unembed(c, node, c.plain(node.args[0]), key, bias)
+        return
+    weight = c.param(node.args[1])
     bias = c.param(node.args[2]) if has_bias else None
     names = c.take_pending()
     _affine(c, node, node, x, weight, bias, names)
@@ -444,24 +453,44 @@ def _affine(
     if chunks is None:
         _one_linear(c, node, result, x, lead, ins, w, bias, name, names)
         return
-    # nn.Linear(d, 3 * d) then .split(d, dim=-1) (GPT-2's c_attn): one Linear per chunk
+    # nn.Linear(d, 3 * d) then .split(d, dim=-1) (GPT-2's c_attn): one Linear, as torch's one
+    # parameter, then a slice of its output per chunk
+    _fused_linear(c, node, x, lead, ins, w, bias, name, names, chunks)
+
+
+def _fused_linear(
+    c: Capture,
+    node: Any,
+    x: str,
+    lead: list[Any],
+    ins: tuple[int, ...],
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    name: str,
+    names: list[str],
+    chunks: list[tuple[int, Any]],
+) -> None:
+    """One Linear onto a wide axis (``qkv``), each chunk a slice of it (viewed as ``heads
+    d_head`` where the chunk is split so), so the packed weight stays one parameter."""
+    A = c.axis
+    wide = c.axes.new(w.shape[0], "qkv" if len(chunks) == 3 else "packed", 0.4)
+    params = {"weight": w} if bias is None else {"weight": w, "bias": bias}
+    op = L.Linear(tuple(A(v) for v in ins), (A(wide),), bias is not None, name=name)
+    key = c.op(node, op, [x], params, extra=[wide], names=names)
+    c.dims[key] = [*lead, wide]
     start = 0
     for k, (size, user) in enumerate(chunks):
-        rows = slice(start, start + size)
-        chunk_names = [f"{n}[{start}:{start + size}]" for n in names]
-        _one_linear(
-            c,
-            node,
-            user,
-            x,
-            lead,
-            ins,
-            w[rows],
-            None if bias is None else bias[rows],
-            f"{name}_{k}",
-            chunk_names,
-        )
+        part = c.axes.new(size, "qkv"[k] if len(chunks) == 3 else f"packed_{k}", 0.3)
+        out = c.op(user, L.Slice(A(wide), A(part), start, name=f"{name}_{k}"), [key], extra=[part])
         start += size
+        split = c.split_by_view(user, size)
+        if split is None:
+            c.set(user, [*lead, part], recorded=True)
+            continue
+        h, d = c.axes.new(split[0], "heads", 3), c.axes.new(split[1], "d_head", 3)
+        view = L.View((A(part),), (A(h), A(d)), ((A(h), A(d)),), ((A(h),), (A(d),)))
+        c.op(user, view, [out], extra=[h, d])
+        c.set(user, [*lead, (h, d)], recorded=True)
 
 
 def _packed_users(c: Capture, node: Any) -> list[tuple[int, Any]] | None:
