@@ -145,3 +145,20 @@ def test_errors_name_axes_sizes_and_the_fix() -> None:
     with pytest.raises(ncd.DefinitionError, match=r"Fix: give the slice a new axis"):
         d = _a("d", 4)
         ops.slice(d, d)
+
+
+def test_gpt_block_size_reads_the_first_positions_of_its_table() -> None:
+    """``nn.gpt(block_size=16)`` at a length n gives the first n rows of the model bound to
+    16 (causal: later tokens change nothing before them), at 1, 7 and 13; 17 is refused."""
+    sizes = {"d_model": 8, "heads": 2, "d_head": 4, "d_ff": 13, "vocab": 11}
+    short = ncd.nn.gpt(2, block_size=16).bind(**sizes)
+    full = ncd.nn.gpt(2).bind(seq=16, **sizes)
+    assert [v.label for v in short.config().free] == ["seq"]
+    params = ncd.init(short, seed=0)
+    assert params["wpe.weight"].shape == (16, 8) and set(params) == set(ncd.init(full, seed=0))
+    ids = RNG.integers(0, 11, 16)
+    want = ncd.run(full, ids, params=params)
+    for n in (1, 7, 13, 16):
+        np.testing.assert_allclose(ncd.run(short, ids[:n], params=params), want[:n], atol=1e-6)
+    with pytest.raises(ncd.DefinitionError, match=r"\[0:17\] of block.*ends past its size 16"):
+        ncd.run(short, np.append(ids, 0), params=params)

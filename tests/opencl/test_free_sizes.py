@@ -144,6 +144,20 @@ def test_gpt_with_batch_free() -> None:
     assert exe.builds == 1  # type: ignore[attr-defined]
 
 
+def test_a_gpt_with_a_block_size_runs_every_shorter_length_from_one_build() -> None:
+    """``nn.gpt(block_size=...)``: the positional table is sliced to the length, so one build
+    runs lengths 1 .. |block| and a longer one is refused before any device work."""
+    gpt = nn.gpt(1, block_size=301).bind(d_model=8, heads=2, d_head=4, d_ff=13, vocab=11)
+    params = ncd.init(gpt, seed=0)
+    exe = ncd.compile(gpt, "opencl")
+    for n in SIZES:
+        _agree(exe, gpt, _rng(n).integers(0, 11, n), params=params, tol=5e-4)
+    assert exe.builds == 1  # type: ignore[attr-defined]
+    with pytest.raises(ncd.DefinitionError, match=r"\[0:302\] of block.*ends past its size 301"):
+        exe(np.zeros(302, dtype=np.int64), params=params)
+    assert exe.builds == 1  # type: ignore[attr-defined]
+
+
 def test_several_free_axes_at_once() -> None:
     model = (ops.softmax("x") >> ops.mul(2.0)).over(ncd.Axis("r")).over(ncd.Axis("b"))
     exe = ncd.compile(model, "opencl")

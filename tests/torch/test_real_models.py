@@ -85,8 +85,8 @@ def test_matches_on_opencl(imported):
     pytest.importorskip("pyopencl")
     module, result = imported
     run = ncd.compile(result.model, "opencl")
-    for batch in (2, 5):  # the batch stays free: one build runs both
-        ids = _ids(batch)
+    for batch, seq in ((2, 16), (5, 29)):  # batch and length stay free: one build runs both
+        ids = _ids(batch, seq)
         want = module(ids).detach().numpy()
         got = run(ids.numpy(), params=result.params)
         assert np.abs(got - want).max() < TOL
@@ -105,9 +105,10 @@ def test_reads_like_ncd_gpt(imported):
     _, result = imported
     text = result.model.explain()
     sizes = {v.label: v.size for v in result.model.config().bound}
-    assert [v.label for v in result.model.config().free] == ["batch"]
+    # the length stays free up to the positional table's (block, sliced to seq)
+    assert [v.label for v in result.model.config().free] == ["batch", "seq"]
     assert sizes == {
-        "seq": 16,  # fixed by the positional table (see the limitations in docs/torch.md)
+        "block": 32,
         "d_model": 32,
         "heads": 4,
         "d_head": 8,
@@ -126,20 +127,20 @@ def test_reads_like_ncd_gpt(imported):
         "vocab_pad": 64,
     }
     assert "causal_mask: [seq seq_k -> seq seq_k]" in text
-    assert "wpe: [ -> seq d_model]" in text
+    assert "wpe: [ -> block d_model]" in text and "wpe_read: [block -> seq]" in text
     assert "constant" not in text and "cast" not in text
     assert "c_attn: [d_model -> qkv]" in text
     assert "c_attn_0: [qkv -> q]" in text
     assert "c_proj: [heads d_head -> d_model]" in text
     names = set(result.torch_names.values())
-    assert any(n.endswith("wpe.weight[0:16]") for n in names)  # 16 of the 32 positions
+    assert any(n.endswith("wpe.weight") for n in names)  # the whole table, as torch's
 
 
 def test_exported_back_to_torch_matches(imported):
     module, result = imported
     back = ncd_torch.to_module(result.model, params=result.params)
-    for batch in (2, 3):
-        ids = _ids(batch)
+    for batch, seq in ((2, 16), (3, 29)):
+        ids = _ids(batch, seq)
         got = back(ids).detach().numpy()
         assert np.abs(got - module(ids).detach().numpy()).max() < TOL
 
@@ -298,7 +299,12 @@ def test_shorter_sequence_reads_the_first_positions():
     got = ncd.run(result.model, ids.numpy(), params=result.params)
     assert np.abs(got - module(ids).detach().numpy()).max() < TOL
     table = module.transformer.wpe.weight.detach().numpy()
-    np.testing.assert_array_equal(result.params["transformer.wpe.weight"], table[:5])
+    np.testing.assert_array_equal(result.params["transformer.wpe.weight"], table)
+    longer = _ids(2, 32)  # and the same import runs up to the table's length, not past it
+    got = ncd.run(result.model, longer.numpy(), params=result.params)
+    assert np.abs(got - module(longer).detach().numpy()).max() < TOL
+    with pytest.raises(ncd.NcdError, match=r"\[0:33\] of block.* ends past its size 32"):
+        ncd.run(result.model, _ids(2, 33).numpy(), params=result.params)
 
 
 @pytest.mark.parametrize("name", ["nanogpt-sdpa", "hf-gpt2-sdpa"])
@@ -313,7 +319,7 @@ def test_parameter_count_equals_the_unique_torch_parameters(name: str) -> None:
     assert len(tied) == 1
     # both readers' gradients arrive in the one parameter's: ncd.grad matches autograd
     targets = torch.randint(0, 61, ids.shape, generator=torch.Generator().manual_seed(5))
-    loss_model = result.model >> ncd.nn.cross_entropy()
+    loss_model = result.model.bind(seq=16) >> ncd.nn.cross_entropy()  # grad binds the length
     names = {k.split(".", 1)[1]: k for k in ncd.init(loss_model, seed=0)}  # under the model's scope
     params = {names[k]: v for k, v in result.params.items()}
     _, grads = ncd.run(ncd.grad(loss_model), ids.numpy(), targets.numpy(), params=params)
@@ -538,7 +544,7 @@ def test_shape_only_glue_is_evaluated_at_import():
     got = ncd.run(result.model, x.numpy(), params=result.params)
     np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-5, atol=1e-6)
     text = result.model.explain()
-    assert "causal_mask" in text and "pos: [ -> seq d_model]" in text
+    assert "causal_mask" in text and "pos: [ -> block d_model]" in text
     assert set(result.params) == {"pos.weight"}
 
 

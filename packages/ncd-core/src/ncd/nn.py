@@ -210,13 +210,22 @@ def gpt(
     d_ff: AxisArg = "d_ff",
     vocab: AxisArg = "vocab",
     spherical: bool = False,
+    block_size: AxisArg | bool = False,
 ) -> Term:
     """A GPT: token and learned positional embeddings, ``layers`` causal blocks, a final
     LayerNorm and an untied unembedding. Input: token ids ``[seq]``; output: logits
-    ``[seq vocab]``."""
+    ``[seq vocab]``. ``block_size`` (an axis, a size or True for a free ``block``): the
+    positional table is ``[block d_model]`` and the first ``|seq|`` rows are read, so
+    ``seq`` stays free up to it (nanoGPT's ``block_size``); otherwise the table is
+    ``[seq d_model]``."""
     _count("gpt: layers", layers, 0)
     s, dm, h = _ax("seq", seq), _ax("d_model", d_model), _ax("heads", heads)
     dh, ff, vc = _ax("d_head", d_head), _ax("d_ff", d_ff), _ax("vocab", vocab)
+    if block_size is False:
+        positions = ops.learned((s, dm), name="wpe")
+    else:
+        blk = _ax("block", None if block_size is True else block_size)
+        positions = ops.learned((blk, dm), name="wpe") >> ops.slice(blk, s, name="wpe_read")
     key = Axis("seq_k")
     blocks = [
         transformer_block(s, dm, h, dh, ff, seq_k=key, spherical=spherical, label=f"blocks.{i}")
@@ -226,7 +235,7 @@ def gpt(
 
     @trace(inputs=[ArrayType((s,), "int64")], name="gpt", label="gpt")
     def model(tokens: Tensor) -> Tensor:
-        x = ops.embedding(vc, dm, name="wte")(tokens) + ops.learned((s, dm), name="wpe")()
+        x = ops.embedding(vc, dm, name="wte")(tokens) + positions()
         for block in blocks:
             x = block(x)
         return ops.linear(dm, vc, bias=False, name="lm_head")(ln_f(x))  # type: ignore[no-any-return]

@@ -363,7 +363,7 @@ def _embedding(c: Capture, node: Any) -> None:
 def _positions(c: Capture, node: Any) -> None:
     """An embedding of constant ids ``start, start + 1, ...`` (``torch.arange`` position ids,
     expanded over the batch or not) is its table's rows read in order: a ``Learned`` table
-    over ``(seq, d_model)``, as ``ncd.nn.gpt``'s ``wpe``."""
+    over ``(block, d_model)`` sliced to ``seq``, as ``ncd.nn.gpt(block_size=...)``'s ``wpe``."""
     import torch
 
     weight, ids = node.args[0], c.folded[node.args[1].name]
@@ -388,12 +388,16 @@ def _positions(c: Capture, node: Any) -> None:
     (fqn,) = c.take_pending()
     if start + n > table.shape[0]:
         raise c.unsupported(node, f"positions {start}..{start + n - 1} beyond the table")
-    whole = start == 0 and n == table.shape[0]
+    # the whole table over its own axis, sliced to the positions read: the length stays free
+    # (up to the table's), and the checkpoint's table loads as it is
+    block = c.axes.new(table.shape[0], "block", 1)
     seq = c.axes.new(n, "seq", 1)
     width = c.axes.new(table.shape[1], "d_model", 2)
-    op = L.Learned((c.axis(seq), c.axis(width)), name=c.leaf(node) or "positions")
-    name = fqn if whole else f"{fqn}[{start}:{start + n}]"
-    c.op(node, op, [], {"weight": table[start : start + n]}, names=[name])
+    name = c.leaf(node) or "positions"
+    op = L.Learned((c.axis(block), c.axis(width)), name=name)
+    key = c.op(node, op, [], {"weight": table}, names=[fqn])
+    c.dims[key] = [block, width]
+    c.op(node, L.Slice(c.axis(block), c.axis(seq), start, name=f"{name}_read"), [key])
     # leading size-1 or batch dims of the ids are dropped: the table broadcasts over them
     c.set(node, [seq, width], recorded=True)
 
