@@ -119,12 +119,6 @@ def test_reads_like_ncd_gpt(imported):
         "q": 32,
         "k": 32,
         "v": 32,
-        # the tied table's one-hot lookup: an index ramp over vocab from two short ramps
-        "vocab_lo": 8,
-        "vocab_lo_j": 8,
-        "vocab_hi": 8,
-        "vocab_hi_j": 8,
-        "vocab_pad": 64,
     }
     assert "causal_mask: [seq seq_k -> seq seq_k]" in text
     assert "wpe: [ -> block d_model]" in text and "wpe_read: [block -> seq]" in text
@@ -132,6 +126,8 @@ def test_reads_like_ncd_gpt(imported):
     assert "c_attn: [d_model -> qkv]" in text
     assert "c_attn_0: [qkv -> q]" in text
     assert "c_proj: [heads d_head -> d_model]" in text
+    # the tied table's rows read by a gather
+    assert "wte: [(), vocab -> ()] over (batch seq d_model)" in text
     names = set(result.torch_names.values())
     assert any(n.endswith("wpe.weight") for n in names)  # the whole table, as torch's
 

@@ -277,7 +277,7 @@ def _source(t: Tape, op: L.Learned, xs: list[int], ys: list[int], cts: Any, need
     return []
 
 
-@_vjp(L.Constant)
+@_vjp(L.Constant, X.Arange)
 def _constant(t: Tape, op: L.Constant, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     return []
 
@@ -297,6 +297,17 @@ def _dropout(t: Tape, op: L.Dropout, xs: list[int]) -> list[int]:
 def _view(t: Tape, op: L.View, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     inverse = L.View(op.out_axes, op.in_axes, op.out_parts, op.in_parts, op.derived)
     return [t.one(inverse, cts[0])]
+
+
+@_vjp(X.Gather)
+def _gather(t: Tape, op: X.Gather, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
+    # the transpose of a read at the ids scatters the cotangent back onto the rows it read
+    # (repeated ids add): a one-hot contraction, summed over the ids' own axes
+    ids, table, ct = xs[0], xs[1], cts[0]
+    if not need[1]:
+        return [None, None]
+    hot = one_hot(t, ids, op.axis, like=ct)
+    return [None, t.one(L.Einsum((t.axes(hot), t.axes(ct)), t.axes(table)), hot, ct)]
 
 
 @_vjp(X.Where)
@@ -369,12 +380,16 @@ def _scale(t: Tape, op: L.Scale, xs: list[int], ys: list[int], cts: Any, need: A
 
 
 def _identity(t: Tape, a: Axis, b: Axis, like: int) -> int:
-    """``[a b]``: 1.0 where the two indices are equal (``|a| == |b|``), from core ops: the
-    product of the two triangles of a square of ones."""
-    ones_a, ones_b = t.const(1.0, (a,), like), t.const(1.0, (b,), like)
-    lower = t.one(L.CausalMask(a, b, "0"), t.one(L.Einsum(((a,), (b,)), (a, b)), ones_a, ones_b))
-    upper = t.one(L.CausalMask(b, a, "0"), t.one(L.Einsum(((b,), (a,)), (b, a)), ones_b, ones_a))
-    return t.bin("mul", lower, upper)
+    """``[a b]``: 1.0 where the two indices are equal (``|a| == |b|``): two index ramps, each
+    O(|a|), compared as whole numbers (``relu(1 - |i - j|)``)."""
+    fmt = t.like(like)
+    ia, ib = t.one(X.Arange(a, dtype=fmt)), t.one(X.Arange(b, dtype=fmt))
+    return _close(t, t.bin("sub", ia, ib))
+
+
+def _close(t: Tape, gap: int) -> int:
+    """1.0 where a difference of whole numbers is 0, else 0.0: ``relu(1 - |gap|)``."""
+    return t.u("relu", t.sc("sub", t.u("abs", gap), 1.0, reverse=True))
 
 
 @_vjp(Window)
@@ -493,17 +508,10 @@ def _embedding(t: Tape, op: L.Embedding, xs: list[int]) -> list[int]:
 
 
 def one_hot(t: Tape, ids: int, vocab: Axis, like: int) -> int:
-    """``[ids..., vocab]``: 1.0 where the id equals the index, from core ops only: an index
-    ramp (row sums of a lower-triangular mask of ones) against the ids cast to float."""
-    fmt = t.like(like)
-    j = Axis(f"{vocab.name}_j")
-    ones = t.one(L.Constant(1.0, (vocab,), dtype=fmt))
-    ones_j = t.one(L.View((vocab,), (j,), ((vocab,),), ((vocab,),)), ones)
-    square = t.one(L.Einsum(((vocab,), (j,)), (vocab, j)), ones, ones_j)
-    ramp = t.sc("sub", t.reduce("sum", t.one(L.CausalMask(vocab, j, "0"), square), (j,)), 1.0)
-    idf = t.one(L.Cast(t.dtype(like)), ids)
-    gap = t.u("abs", t.bin("sub", idf, ramp))
-    return t.u("relu", t.sc("sub", gap, 1.0, reverse=True))
+    """``[ids..., vocab]``: 1.0 where the id equals the index: the ids cast to float against an
+    index ramp over ``vocab`` (O(|vocab|) to build; the rows themselves are ``|ids| x |vocab|``)."""
+    ramp = t.one(X.Arange(vocab, dtype=t.like(like)))
+    return _close(t, t.bin("sub", t.one(L.Cast(t.dtype(like)), ids), ramp))
 
 
 # -- elementwise -------------------------------------------------------------------------------

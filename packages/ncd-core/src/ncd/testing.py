@@ -23,7 +23,7 @@ import numpy as np
 
 from ncd import conv, nn, ops
 from ncd._term import Term, identity
-from ncd.axis import Axis
+from ncd.axis import ArrayType, Axis
 from ncd.params import init
 from ncd.reference import run
 from ncd.sizes import WindowSize
@@ -293,7 +293,8 @@ def _cases() -> list[Case]:
 
 
 def _indexing_cases() -> list[Case]:
-    """Selects, slices, concatenations and rotary embeddings at sizes of 1, odd and awkward."""
+    """Selects, slices, concatenations, rotary embeddings, gathers and index ramps at sizes of
+    1, odd and awkward."""
 
     def where() -> Term:
         r, c = _a("r", 7), _a("c", 13)
@@ -306,6 +307,18 @@ def _indexing_cases() -> list[Case]:
     def rotary(s: int, d: int) -> Term:
         return ops.rotary(_a("s", s), _a("d", d)).over(_a("h", 3))
 
+    def rows(v: int, b: int, s: int, d: int) -> Term:
+        ids = ArrayType((_a("b", b), _a("s", s)), "int64")
+        return identity(ids, (_a("v", v), _a("d", d))) >> ops.gather("v")
+
+    def along(b: int, s: int, v: int) -> Term:
+        bb, ss = _a("b", b), _a("s", s)
+        return identity(ArrayType((bb, ss), "int64"), (bb, ss, _a("v", v))) >> ops.gather("v")
+
+    def ramp(r: int, n: int) -> Term:
+        axis = _a("n", n)
+        return (identity((_a("r", r), axis)) @ ops.arange(axis, start=-3.0, step=0.5)) >> ops.add()
+
     return [
         Case("where_broadcast", where, tags=frozenset({"elementwise"})),
         Case("slice_13_5_7", lambda: ops.slice(_a("d", 13), "e", start=5, e=7).over(_a("r", 7))),
@@ -315,6 +328,12 @@ def _indexing_cases() -> list[Case]:
         Case("rotary_13x8", functools.partial(rotary, 13, 8)),
         Case("rotary_1x2", functools.partial(rotary, 1, 2)),
         Case("rotary_301x6", functools.partial(rotary, 301, 6)),
+        # ids are drawn in [0, 11): tables of 11 rows and more
+        Case("gather_rows_13", functools.partial(rows, 13, 7, 1, 5), int_inputs=(0,)),
+        Case("gather_rows_301", functools.partial(rows, 301, 1, 13, 7), int_inputs=(0,)),
+        Case("gather_along_11", functools.partial(along, 7, 13, 11), int_inputs=(0,)),
+        Case("arange_7x13", functools.partial(ramp, 7, 13)),
+        Case("arange_1x1", functools.partial(ramp, 1, 1)),
     ]
 
 

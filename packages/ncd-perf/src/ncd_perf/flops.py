@@ -119,6 +119,11 @@ def _free(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
     return {}
 
 
+@rule(X.Gather, X.Arange)
+def _index(op: Op, node: Node, size: Size) -> dict[str, sp.Expr]:
+    return {"vector": _out(node, size)}  # one index computation (a clamp, a convert) each
+
+
 @rule(X.Where)
 def _where(op: X.Where, node: Node, size: Size) -> dict[str, sp.Expr]:
     return {"vector": _out(node, size)}  # one compare-and-select per element

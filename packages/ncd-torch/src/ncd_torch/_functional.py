@@ -69,6 +69,14 @@ def concat(*xs: torch.Tensor) -> torch.Tensor:
     return torch.cat([x.expand(*lead, x.shape[-1]) for x in xs], dim=-1)
 
 
+def gather(ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """``table`` read along its last dim at ``ids``, the leading dims of both broadcast first
+    (``take_along_dim`` of expanded views: no copy of the table)."""
+    lead = torch.broadcast_shapes(table.shape[:-1], ids.shape)
+    rows = table.expand(*lead, table.shape[-1])
+    return torch.gather(rows, -1, ids.long().expand(lead).unsqueeze(-1)).squeeze(-1)
+
+
 def rotary(x: torch.Tensor, base: float, inverse: bool = False) -> torch.Tensor:
     """Rotary position embedding over the last two dims ``[seq, d]`` (rotate-half layout):
     ``x cos(t f) + rotate_half(x) sin(t f)``, ``f_j = base ** (-2 (j mod d/2) / d)``;
@@ -130,6 +138,24 @@ def window(
     taps = x.unfold(-1, span, stride)
     taps = taps[..., ::dilation] if dilation > 1 else taps
     return taps.flip(-1) if reverse else taps
+
+
+class Ramp(torch.nn.Module):
+    """The index ramp ``start + step * i`` over ``n`` positions, in ``dtype`` on the module's
+    device (a 0-d buffer, not saved, carries it)."""
+
+    def __init__(self, start: float, step: float, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.start, self.step = start, step
+        self.anchor: torch.Tensor
+        self.register_buffer("anchor", torch.zeros((), dtype=dtype), persistent=False)
+
+    def forward(self, n: int) -> torch.Tensor:
+        i = torch.arange(n, device=self.anchor.device, dtype=self.anchor.dtype)
+        return i * self.step + self.start
+
+    def extra_repr(self) -> str:
+        return f"start={self.start:g}, step={self.step:g}"
 
 
 class Fill(torch.nn.Module):

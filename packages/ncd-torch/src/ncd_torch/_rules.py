@@ -278,6 +278,19 @@ def _where(op: X.Where, xs: list[Node], ps: dict[str, Node], em: Emitter) -> lis
     return [em.call(fn.where, xs[0], xs[1], xs[2])]
 
 
+@torch_rule(X.Gather)
+def _gather(op: X.Gather, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    return [em.call(fn.gather, xs[0], xs[1])]
+
+
+@torch_rule(X.Arange)
+def _arange(op: X.Arange, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    from ncd_torch._dtypes import torch_dtype
+
+    ramp = fn.Ramp(op.start, op.step, torch_dtype(op.format, f"{op.label}'s format"))
+    return [em.submodule("arange", ramp, em.size(op.axis))]
+
+
 @torch_rule(X.Slice)
 def _slice(op: X.Slice, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
     return [em.call(torch.narrow, xs[0], -1, op.start, em.size(op.out))]

@@ -422,6 +422,25 @@ def _clamp(i: Expr, low: Expr | int, high: Expr | int) -> Expr:
     return ir.Select(i.cmp("<", lo), lo, ir.Select(i.cmp(">", hi), hi, i))
 
 
+@codegen_rule(X.Gather)
+def _gather(gen: KernelGen, node: Node, index: Index) -> Expr:
+    op: X.Gather = node.op  # type: ignore[assignment]
+    # clamped into the table as an embedding's ids are: the host refuses out-of-range ids of a
+    # model input before launch; a computed id, whatever its value, reads inside the table
+    last = gen.ix(gen.size(op.axis) - 1)
+    raw = gen.let(_ins(gen, node, index, 0), "id", str(gen.graph.values[node.inputs[0]].dtype))
+    at = gen.let(ir.Convert(_clamp(raw, 0, last), gen.ityp), "at", gen.ityp)
+    return _ins(gen, node, {**index, op.axis: at}, 1)
+
+
+@codegen_rule(X.Arange)
+def _arange(gen: KernelGen, node: Node, index: Index) -> Expr:
+    op: X.Arange = node.op  # type: ignore[assignment]
+    i = ir.Convert(gen.ix(index[op.axis]), gen.cdtype)
+    y = i if op.step == 1.0 else i * gen.lit(op.step)
+    return y if op.start == 0.0 else y + gen.lit(op.start)
+
+
 @codegen_rule(X.Slice)
 def _slice(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: X.Slice = node.op  # type: ignore[assignment]

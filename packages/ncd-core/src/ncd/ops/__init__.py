@@ -14,7 +14,7 @@ from ncd.axis import Axis, AxisLike, show
 from ncd.errors import DefinitionError
 from ncd.op import OP_KINDS, Op, Param, Product, register_op
 from ncd.primitives.batchnorm import BatchNorm
-from ncd.primitives.indexing import Concat, Rotary, Slice, Where
+from ncd.primitives.indexing import Arange, Concat, Gather, Rotary, Slice, Where
 from ncd.primitives.library import (
     BINARY_FNS,
     REDUCE_FNS,
@@ -45,6 +45,7 @@ __all__ = [
     "OP_KINDS",
     "REDUCE_FNS",
     "UNARY_FNS",
+    "Arange",
     "BatchNorm",
     "Binary",
     "Cast",
@@ -54,6 +55,7 @@ __all__ = [
     "Dropout",
     "Einsum",
     "Embedding",
+    "Gather",
     "L2Norm",
     "LayerNorm",
     "Learned",
@@ -74,6 +76,7 @@ __all__ = [
     "Window",
     "abs",
     "add",
+    "arange",
     "asinh",
     "batch_norm",
     "atan",
@@ -88,6 +91,7 @@ __all__ = [
     "einsum",
     "embedding",
     "exp",
+    "gather",
     "gelu",
     "gelu_tanh",
     "l2norm",
@@ -508,6 +512,20 @@ def where(*, name: str = "") -> Term:
     """``cond ? x : y`` elementwise, fed ``(cond, x, y)``: ``x`` where ``cond`` is true (a
     bool, or nonzero), else ``y``, broadcast over the union of their axes."""
     return prim(Where(name=name))
+
+
+def gather(axis: AxisLike, *, name: str = "") -> Term:
+    """A value read along ``axis`` at integer ids, fed ``(ids, table)``: ``table[.., ids, ..]``
+    (``index_select``, an embedding of a value, ``take_along_axis`` when the two share axes).
+    The result has the ids' axes, then the table's others."""
+    return prim(Gather(_Names({}).axis(axis), name=name))
+
+
+def arange(
+    axis: AxisLike, *, start: float = 0.0, step: float = 1.0, name: str = "", **axes: AxisLike | int
+) -> Term:
+    """The index along ``axis`` as a float value, ``start + step * i`` (a source: no inputs)."""
+    return prim(Arange(_Names(axes).axis(axis), float(start), float(step), name=name))
 
 
 def slice(

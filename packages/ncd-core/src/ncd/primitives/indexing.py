@@ -1,6 +1,8 @@
 """Ops that read a value at other indices than the one they write, or choose between values:
-``Where`` (a select on a condition), ``Slice`` and ``Concat`` along one axis, and ``Rotary``
-(rotary position embedding), with their reference rules and streaming roles.
+``Where`` (a select on a condition), ``Slice`` and ``Concat`` along one axis, ``Rotary``
+(rotary position embedding), ``Gather`` (a value read at indices held by another) and
+``Arange`` (the index along an axis as a value), with their reference rules and streaming
+roles.
 
 A slice's or a concatenation's output is an axis of its own (its size differs from the
 input's), as a split of a view is: composition binds it like any other axis.
@@ -27,10 +29,10 @@ from ncd.op import (
     number_field,
     register_op,
 )
-from ncd.reference import Context, reference_rule
+from ncd.reference import Context, check_indices, index_rule, reference_rule
 from ncd.streaming import ROLE_RULES
 
-__all__ = ["Concat", "Rotary", "Slice", "Where", "rotary_angles"]
+__all__ = ["Arange", "Concat", "Gather", "Rotary", "Slice", "Where", "rotary_angles"]
 
 
 @register_op
@@ -188,6 +190,66 @@ class Rotary(Op):
         return self.name or ("rope_inverse" if self.inverse else "rope")
 
 
+@register_op
+@attrs.frozen
+class Gather(Op):
+    """``table`` read along ``axis`` at the integer ``ids``: ``y[..] = table[.., ids[..], ..]``,
+    fed ``(ids, table)`` as ``F.embedding`` is. The ids' axes and the table's other axes meet
+    by name as any elementwise op's do (the ids' first), so ``ids [batch seq]`` into ``table
+    [vocab d_model]`` gives rows ``[batch seq d_model]`` (an embedding of a value: a tied
+    table), and ``targets [batch seq]`` into ``logits [batch seq vocab]`` gives ``[batch seq]``
+    (``take_along_axis``). Ids outside ``[0,
+    |axis|)`` are refused (``IndexRangeError``) on a model input before anything runs and by the
+    reference; a kernel clamps them, so no id reads outside the table."""
+
+    kind: ClassVar[str] = "gather"
+    category: ClassVar[str] = "other"
+    axis: Axis = axis_field()
+
+    def signature(self) -> Signature:
+        return ((), (self.axis,)), ((),)
+
+    def in_dtypes(self) -> tuple[str, ...]:
+        return ("int64", self.format)
+
+    def accepts(self, k: int, dtype: str) -> bool:
+        return to_dtype(dtype).kind == ("int" if k == 0 else "float")
+
+    def refusal(self, k: int, dtype: str) -> tuple[str, str]:
+        if k == 0:
+            return (
+                f"reads its ids as integers, got {dtype}",
+                "feed int64 ids (a float index has no exact row)",
+            )
+        return super().refusal(k, dtype)
+
+    def float_format(self, in_dtypes: tuple[str, ...]) -> DType | None:
+        return self.dtype if self.dtype is not None else to_dtype(in_dtypes[1])
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        return (self.dtype if self.dtype is not None else in_dtypes[1],)
+
+
+@register_op
+@attrs.frozen
+class Arange(Op):
+    """The index along ``axis`` as a float value: ``start + step * i`` at position ``i`` (an
+    index ramp, O(|axis|); positions, one-hot rows, identities and masks are built on it)."""
+
+    kind: ClassVar[str] = "arange"
+    category: ClassVar[str] = "source"
+    axis: Axis = axis_field()
+    start: float = number_field(0.0, fix="pass a finite start")
+    step: float = number_field(1.0, fix="pass a finite step")
+
+    def signature(self) -> Signature:
+        return (), ((self.axis,),)
+
+    @property
+    def label(self) -> str:
+        return self.name or "arange"
+
+
 def rotary_angles(n: int, d: int, base: float) -> np.ndarray:
     """``t f_j`` over ``(n, d)``, in float64: the angles of ``Rotary``."""
     h = d // 2
@@ -249,9 +311,36 @@ def _rotary(
     return [out.astype(x.dtype, copy=False)]
 
 
+@reference_rule(Gather)
+def _gather(
+    op: Gather, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context
+) -> list[np.ndarray]:
+    ids, table = xs
+    check_indices(op, op.axis, table.shape[-1], ids, "the ids")
+    lead = np.broadcast_shapes(table.shape[:-1], ids.shape)
+    rows = np.broadcast_to(table, (*lead, table.shape[-1]))
+    at = np.broadcast_to(ids, lead).astype(np.intp)[..., None]
+    return [np.take_along_axis(rows, at, axis=-1)[..., 0]]
+
+
+@reference_rule(Arange)
+def _arange(
+    op: Arange, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context
+) -> list[np.ndarray]:
+    i = np.arange(ctx.size(op.axis), dtype=op.format.accumulate.numpy)
+    return [op.start + op.step * i]
+
+
+@index_rule(Gather)
+def _gather_ids(op: Gather) -> tuple[tuple[int, Axis], ...]:
+    return ((0, op.axis),)
+
+
 # Streaming roles: a select keeps indices; a slice, a concatenation and the rotation read
 # other indices along their own axis (the rotation keeps positions).
 ROLE_RULES[Where] = lambda op, axis: "map"
+ROLE_RULES[Arange] = lambda op, axis: "map"
+ROLE_RULES[Gather] = lambda op, axis: "whole" if axis == op.axis else "map"
 ROLE_RULES[Slice] = lambda op, axis: "whole" if axis in (op.axis, op.out) else "map"
 ROLE_RULES[Concat] = lambda op, axis: "whole" if axis in (*op.axes_, op.out) else "map"
 ROLE_RULES[Rotary] = lambda op, axis: "whole" if axis == op.d else "map"
