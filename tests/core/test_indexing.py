@@ -67,6 +67,30 @@ def test_slice_reads_a_window(n: int) -> None:
 
 
 @pytest.mark.parametrize("n", SIZES)
+def test_slice_from_the_end_reads_the_same_elements_at_every_length(n: int) -> None:
+    model = ops.slice(ncd.Axis("d"), "e", start=0, from_end=True, e=1).over(_a("r", 5))
+    x = _nonfinite((5, n))
+    np.testing.assert_array_equal(ncd.run(model, x), x[:, -1:])
+    if n >= 3:
+        model = ops.slice(ncd.Axis("d"), "e", start=1, from_end=True, e=2).over(_a("r", 5))
+        np.testing.assert_array_equal(ncd.run(model, x), x[:, -3:-1])
+    else:
+        with pytest.raises(ncd.NcdError, match=r"the last 3 elements of d.*Fix: .*at least 3"):
+            ncd.run(ops.slice(ncd.Axis("d"), "e", start=1, from_end=True, e=2), x[0])
+
+
+@pytest.mark.parametrize("n", (3, 7, 13))
+def test_slice_from_the_end_gradient_puts_the_cotangent_back_in_place(n: int) -> None:
+    d = _a("d", n)
+    model = ops.slice(d, "e", start=1, from_end=True, e=2) >> ops.square() >> ops.sum("e")
+    x = RNG.standard_normal(n)
+    _, (g,) = ncd.run(ncd.grad(model, wrt="inputs"), x)
+    want = np.zeros(n)
+    want[n - 3 : n - 1] = 2.0 * x[n - 3 : n - 1]
+    np.testing.assert_allclose(g, want)
+
+
+@pytest.mark.parametrize("n", SIZES)
 def test_concat_joins_end_to_end(n: int) -> None:
     r, a, b = _a("r", 3), _a("a", n), _a("b", 7)
     x, y = _nonfinite((3, n)), RNG.standard_normal(7)
@@ -121,10 +145,11 @@ def test_rotary_propagates_nonfinite_values_of_its_pair_only() -> None:
             >> ops.concat("a, b -> c", a=_a("a", 3), b=_a("b", 4), c=7)
         ),
         lambda: ops.rotary(_a("s", 7), _a("e", 6), base=1234.5).over(_a("h", 2)),
+        lambda: ops.slice(_a("d", 13), "e", start=2, from_end=True, e=3).over(_a("r", 3)),
         lambda: identity((_a("r", 5),), (_a("r", 5),), (_a("r", 5),)) >> ops.where(),
         lambda: ops.cos().over(_a("r", 5)) >> ops.asinh(),
     ],
-    ids=["slice", "concat", "rotary", "where", "cos_asinh"],
+    ids=["slice", "concat", "rotary", "slice_from_end", "where", "cos_asinh"],
 )
 def test_json_round_trip(model: object) -> None:
     m = model()  # type: ignore[operator]

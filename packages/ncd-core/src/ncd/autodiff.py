@@ -342,14 +342,15 @@ def _concat(t: Tape, op: X.Concat, xs: list[int], ys: list[int], cts: Any, need:
 def _slice(t: Tape, op: X.Slice, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     # the cotangent back in place along the sliced axis, zeros before and after it
     n, m = _size(t, op.axis, op), _size(t, op.out, op)
+    first = op.first(n, m)
     parts: list[Axis] = []
     ins: list[int] = []
-    for size, where in ((op.start, "before"), (n - op.start - m, "after")):
+    for size, where in ((first, "before"), (n - first - m, "after")):
         if size > 0:
             gap = Axis(f"{op.axis.name}_{where}", size=size)
             parts.append(gap)
             ins.append(t.const(0.0, (gap,), cts[0]))
-    if op.start > 0:
+    if first > 0:
         axes, vals = [parts[0], op.out, *parts[1:]], [ins[0], cts[0], *ins[1:]]
     else:
         axes, vals = [op.out, *parts], [cts[0], *ins]

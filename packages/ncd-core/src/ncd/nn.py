@@ -376,7 +376,12 @@ def cross_entropy(
         def body(z: Tensor, t: Tensor) -> Tensor:
             top = ops.max(v)(z)
             lse = ops.unary("log")(ops.sum(v)(ops.unary("exp")(z - top))) + top
-            picked = ops.sum(v)(_one_hot(t, v, logits.dtype) * z)
+            # the target logit: a gather (ids out of range refused) where every id is a
+            # class; one-hot rows where ignore_index may lie outside the classes
+            if ignore_index is None:
+                picked = ops.gather(v)(t, z)
+            else:
+                picked = ops.sum(v)(_one_hot(t, v, logits.dtype) * z)
             loss = lse - picked
             if smooth:
                 loss = (1.0 - smooth) * loss + smooth * (lse - ops.mean(v)(z))
@@ -404,7 +409,7 @@ def nll(vocab: AxisArg = "vocab", *, label: str = "loss") -> Term:
 
         @trace(inputs=[logp, targets], name="nll", label=label)
         def body(z: Tensor, t: Tensor) -> Tensor:
-            return _mean_over(-ops.sum(v)(_one_hot(t, v, logp.dtype) * z), rest)
+            return _mean_over(-ops.gather(v)(t, z), rest)
 
         return body
 

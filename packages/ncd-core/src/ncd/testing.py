@@ -323,6 +323,10 @@ def _indexing_cases() -> list[Case]:
         Case("where_broadcast", where, tags=frozenset({"elementwise"})),
         Case("slice_13_5_7", lambda: ops.slice(_a("d", 13), "e", start=5, e=7).over(_a("r", 7))),
         Case("slice_1", lambda: ops.slice(_a("d", 1), "e", e=1).over(_a("r", 13))),
+        Case(
+            "slice_from_end_13_2_3",
+            lambda: ops.slice(_a("d", 13), "e", start=2, from_end=True, e=3).over(_a("r", 7)),
+        ),
         Case("concat_7_13", functools.partial(concat, 7, 13)),
         Case("concat_1_1", functools.partial(concat, 1, 1)),
         Case("rotary_13x8", functools.partial(rotary, 13, 8)),

@@ -46,10 +46,13 @@ ADVICE: dict[str, str] = {
     "aten.stack": "stacking along a new axis is not supported yet (a core op of issue 12)",
     "aten.slice": "slices of activations import with step 1 along one dim (ops.slice); slices of "
     "buffers and constants are evaluated at import",
-    "aten.select": "indexing an activation is not supported yet (x[:, -1] and the like)",
-    "aten.index": "indexing an activation is not supported yet (x[:, [-1], :] and the like)",
-    "aten.index_select": "gather/index_select is not supported yet (a core op of issue 12)",
-    "aten.gather": "gather/index_select is not supported yet (a core op of issue 12)",
+    "aten.select": "x[:, i] imports for a constant i along one dim (a one-wide ops.slice)",
+    "aten.index": "x[:, idx] imports with one index tensor: a run of constant positions (a "
+    "slice) or integer ids the model computes or takes (ops.gather)",
+    "aten.index_select": "index_select imports with integer ids the model computes or takes "
+    "(ops.gather); constant ids only as a run of consecutive positions",
+    "aten.gather": "torch.gather imports with integer ids the model computes or takes, of the "
+    "input's sizes off the gathered dim (ops.gather)",
     "aten.where": "where on activations is not supported yet (masks of shape-only values are "
     "evaluated at import)",
     "aten.cumsum": "cumsum of an activation is not supported (cumsum of shape-only values, such "

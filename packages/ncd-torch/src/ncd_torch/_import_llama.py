@@ -51,8 +51,11 @@ def _slice(c: Capture, node: Any) -> None:
         return
     if hi <= lo:
         raise c.unsupported(node, "an empty slice")
-    out = c.axes.new(hi - lo, f"{c.axes.name(src)}_{lo}", 0.3)
-    c.op(node, L.Slice(c.axis(src), c.axis(out), lo), [x], extra=[out])
+    # x[..., -k:] and x[..., -k:-j] count from the end: the same elements at every length
+    tail = start is not None and start < 0 and (end is None or end < 0 or end >= n)
+    out = c.axes.new(hi - lo, f"{c.axes.name(src)}_{f'end{n - lo}' if tail else lo}", 0.3)
+    op = L.Slice(c.axis(src), c.axis(out), n - hi if tail else lo, tail)
+    c.op(node, op, [x], extra=[out])
     c.set(node, [*dims[:dim], out, *dims[dim + 1 :]], recorded=True)
 
 

@@ -116,6 +116,8 @@ SIZE1_SAFE = {
     "aten.scaled_dot_product_attention",  # its attn_mask may broadcast (q, k, v are checked)
 }
 VIEWS = ("aten.view", "aten.reshape", "aten._unsafe_view", "aten.flatten", "aten.unflatten")
+# indexing reads one dim and carries the others, size-1 broadcast dims included
+SIZE1_SAFE.update({"aten.select", "aten.index", "aten.index_select", "aten.gather"})
 SIZE1_SAFE.update(VIEWS)  # a reshape of a broadcast dim imports as repeat_kv or is refused
 #: ops that read a ``Grouped`` dim (repeat_kv's keys and values) correctly
 GROUPED_SAFE = {
@@ -246,6 +248,29 @@ def _softmax(c: Capture, node: Any) -> None:
     c.set(node, c.dims[x])
 
 
+@import_rule("aten.log_softmax", "aten._log_softmax")
+def _log_softmax(c: Capture, node: Any) -> None:
+    """``x - m - log(sum(exp(x - m)))``, ``m`` the row maximum: never ``log(softmax(x))``."""
+    x = c.plain(node.args[0])
+    dims = c.dims[x]
+    d = dims[int(node.args[1]) % len(dims)]
+    if d is None:
+        raise c.unsupported(node, "a log-softmax over a size-1 broadcast dim")
+    rest, a = [v for v in dims if v != d], c.axis(d)
+
+    def step(op: Any, ins: list[str], out: list[Any]) -> str:
+        k = c.op(node, op, ins)
+        c.dims[k] = out
+        return k
+
+    top = step(L.Reduce("max", (a,), name="row_max"), [x], rest)
+    z = step(L.Binary("sub", name="shifted"), [x, top], dims)
+    e = step(L.Unary("exp"), [z], dims)
+    lse = step(L.Unary("log", name="log_sum"), [step(L.Reduce("sum", (a,)), [e], rest)], rest)
+    c.op(node, L.Binary("sub", name=c.leaf(node) or "log_softmax"), [z, lse])
+    c.set(node, dims, recorded=True)
+
+
 @import_rule("aten.sum", "aten.mean", "aten.amax", "aten.amin")
 def _reduce(c: Capture, node: Any) -> None:
     x = c.plain(node.args[0])
@@ -343,7 +368,11 @@ def _embedding(c: Capture, node: Any) -> None:
     if getattr(node.args[1], "name", None) in c.folded:
         _positions(c, node)
         return
-    weight, ids = node.args[0], c.plain(node.args[1])
+    weight = node.args[0]
+    if weight.name not in c.param_of and weight.name not in c.tied:
+        _import_index.embedding_of_value(c, node)  # a table the model computes
+        return
+    ids = c.plain(node.args[1])
     if weight.name in c.tied:  # one parameter with an unembedding (nanoGPT's lm_head)
         _import_tied.lookup(c, node, _import_tied.table(c, node, weight), ids)
         return
@@ -867,4 +896,6 @@ def _additive_mask(c: Capture, node: Any, a: Any, b: Any) -> bool:
 
 
 import ncd_torch._import_conv  # noqa: E402, F401  (registers the conv and pooling rules)
-from ncd_torch import _import_llama  # noqa: E402  (registers the slice, cat and rotary rules)
+
+# registers slice, cat and rotary (llama), and select, index, index_select and gather (index)
+from ncd_torch import _import_index, _import_llama  # noqa: E402

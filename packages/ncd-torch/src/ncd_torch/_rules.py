@@ -293,7 +293,16 @@ def _arange(op: X.Arange, xs: list[Node], ps: dict[str, Node], em: Emitter) -> l
 
 @torch_rule(X.Slice)
 def _slice(op: X.Slice, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
-    return [em.call(torch.narrow, xs[0], -1, op.start, em.size(op.out))]
+    m = em.size(op.out)
+    if not op.from_end:
+        return [em.call(torch.narrow, xs[0], -1, op.start, m)]
+    # the last start + m elements but start: the length read from the input when it is free
+    n = em.ncd.size(op.axis)
+    if isinstance(n, int) and isinstance(m, int):
+        return [em.call(torch.narrow, xs[0], -1, n - m - op.start, m)]
+    n = em.method(xs[0], "size", -1) if n is None else n
+    first = em.call(operator.sub, em.call(operator.sub, n, m), op.start)
+    return [em.call(torch.narrow, xs[0], -1, first, m)]
 
 
 @torch_rule(X.Concat)

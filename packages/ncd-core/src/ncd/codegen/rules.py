@@ -445,7 +445,11 @@ def _arange(gen: KernelGen, node: Node, index: Index) -> Expr:
 def _slice(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: X.Slice = node.op  # type: ignore[assignment]
     env: dict[Axis, Expr | str] = {a: e for a, e in index.items() if a != op.out}
-    env[op.axis] = gen.ix(index[op.out]) + op.start if op.start else index[op.out]
+    if op.from_end:  # n - start - m, n possibly a run-time size
+        first = gen.ix(gen.size(op.axis)) - gen.ix(gen.size(op.out))
+        env[op.axis] = gen.ix(index[op.out]) + (first - op.start if op.start else first)
+    else:
+        env[op.axis] = gen.ix(index[op.out]) + op.start if op.start else index[op.out]
     return _ins(gen, node, env)
 
 

@@ -529,12 +529,20 @@ def arange(
 
 
 def slice(
-    src: AxisLike, dst: AxisLike, *, start: int = 0, name: str = "", **axes: AxisLike | int
+    src: AxisLike,
+    dst: AxisLike,
+    *,
+    start: int = 0,
+    from_end: bool = False,
+    name: str = "",
+    **axes: AxisLike | int,
 ) -> Term:
     """``x[start : start + |dst|]`` along ``src``, as the new axis ``dst``:
-    ``ops.slice("d", "half", start=16, half=16)``."""
+    ``ops.slice("d", "half", start=16, half=16)``; ``from_end``: ``start`` counts from the
+    end, ``x[n - start - |dst| : n - start]`` (the last position: ``ops.slice("seq", "last",
+    from_end=True, last=1)``), the same elements whatever the length."""
     n = _Names(axes)
-    return prim(Slice(n.axis(src), n.axis(dst), start, name=name))
+    return prim(Slice(n.axis(src), n.axis(dst), start, from_end, name=name))
 
 
 def concat(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:

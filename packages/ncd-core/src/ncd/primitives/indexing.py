@@ -75,13 +75,16 @@ def _size(a: Axis) -> int | None:
 @register_op
 @attrs.frozen
 class Slice(Op):
-    """``x[start : start + |out|]`` along ``axis``, as the new axis ``out``."""
+    """``x[start : start + |out|]`` along ``axis``, as the new axis ``out``; ``from_end``:
+    ``start`` counts from the end, ``x[n - start - |out| : n - start]`` (``x[:, -1]`` is
+    ``start=0`` of a one-wide ``out``), so it reads the same elements at every length ``n``."""
 
     kind: ClassVar[str] = "slice"
     category: ClassVar[str] = "other"
     axis: Axis = axis_field()
     out: Axis = axis_field()
     start: int = count_field(0, low=0)
+    from_end: bool = flag_field(False)
 
     def __attrs_post_init__(self) -> None:
         if self.axis == self.out:
@@ -91,6 +94,11 @@ class Slice(Op):
                 "ops.slice('d', 'half', start=0, half=16)."
             )
         n, m = _size(self.axis), _size(self.out)
+        if n is not None and m is not None and self.start + m > n and self.from_end:
+            raise DefinitionError(
+                f"slice: the last {self.start + m} elements of {self.axis.describe()} reach past "
+                f"its start. Fix: give {self.axis.name} at least {self.start + m} elements."
+            )
         if n is not None and m is not None and self.start + m > n:
             raise DefinitionError(
                 f"slice: [{self.start}:{self.start + m}] of {self.axis.describe()} ends past its "
@@ -107,9 +115,17 @@ class Slice(Op):
     def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
         return in_dtypes
 
+    def first(self, n: int, m: int) -> int:
+        """The first index read along ``axis`` of ``n`` elements into ``out`` of ``m``."""
+        return n - self.start - m if self.from_end else self.start
+
     @property
     def label(self) -> str:
-        return self.name or f"slice {self.start}:{self.start}+{self.out.name}"
+        if self.name:
+            return self.name
+        if self.from_end:
+            return f"slice -{self.start}-{self.out.name}:-{self.start}"
+        return f"slice {self.start}:{self.start}+{self.out.name}"
 
 
 @register_op
@@ -277,13 +293,16 @@ def _slice(
     op: Slice, xs: list[np.ndarray], p: dict[str, np.ndarray], ctx: Context
 ) -> list[np.ndarray]:
     x = xs[0]
-    m = ctx.size(op.out)
-    if op.start + m > x.shape[-1]:
+    n, m = x.shape[-1], ctx.size(op.out)
+    first = op.first(n, m)
+    if first < 0 or first + m > n:
+        where = f"the last {op.start + m} elements" if op.from_end else f"[{first}:{first + m}]"
+        need = op.start + m if op.from_end else first + m
         raise SizeError(
-            f"slice: [{op.start}:{op.start + m}] of {op.axis.describe()} ends past its size "
-            f"{x.shape[-1]}. Fix: bind {op.axis.name} to at least {op.start + m}."
+            f"slice: {where} of {op.axis.describe()} reach past its size {n}. Fix: give "
+            f"{op.axis.name} at least {need} elements."
         )
-    return [x[..., op.start : op.start + m]]
+    return [x[..., first : first + m]]
 
 
 @reference_rule(Concat)

@@ -1,0 +1,157 @@
+"""from_torch of indexing an activation: ``x[:, i]`` (select), ``x[:, [i]]`` and ``x[:, ids]``
+(index), ``index_select``, ``torch.gather`` after ``log_softmax``, and an embedding of a
+computed table. Each against torch at lengths 1, 7 and 13 on the reference and OpenCL, with
+non-finite activations, and exported back with the original checkpoint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ncd
+import ncd_torch
+
+TOL = 2e-6
+
+
+class Select(nn.Module):
+    def __init__(self, i: int) -> None:
+        super().__init__()
+        self.i, self.proj = i, nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.proj(x)[:, self.i])
+
+
+class KeepLast(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)[:, [-1], :]
+
+
+class Pick(nn.Module):
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return torch.index_select(x * 2.0, 1, ids)
+
+
+class Indexed(nn.Module):
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return (x + 1.0)[:, ids]
+
+
+class LogLikelihood(nn.Module):
+    def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logp = F.log_softmax(x, dim=-1)
+        return torch.gather(logp, -1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+class ComputedTable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(11, 6))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, torch.tanh(self.table) * 3.0)
+
+
+def _check(module: nn.Module, *inputs: torch.Tensor) -> ncd_torch.Imported:
+    module.eval()
+    imported = ncd_torch.from_torch(module, inputs)
+    want = module(*inputs).detach().numpy()
+    arrays = [t.numpy() for t in inputs]
+    got = ncd.run(imported.model, *arrays, params=imported.params)
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+    exe = ncd.compile(imported.model, "opencl")
+    np.testing.assert_allclose(exe(*arrays, params=imported.params), want, rtol=TOL, atol=TOL)
+    back = ncd_torch.to_module(imported.model)
+    back.load_state_dict(module.state_dict())
+    np.testing.assert_allclose(back(*inputs).detach().numpy(), want, rtol=TOL, atol=TOL)
+    return imported
+
+
+def _x(n: int) -> torch.Tensor:
+    x = torch.randn(2, n, 8, generator=torch.Generator().manual_seed(n))
+    x[0, 0, 0] = float("inf")
+    x[1, -1, 1] = float("nan")
+    return x
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("n", [1, 7, 13])
+@pytest.mark.parametrize("i", [0, -1])
+def test_select_of_a_position(n: int, i: int) -> None:
+    _check(Select(i), _x(n))
+
+
+@pytest.mark.parametrize("n", [1, 7, 13])
+def test_index_with_a_constant_position_keeps_the_dim(n: int) -> None:
+    _check(KeepLast(), torch.randn(3, n, 8))
+
+
+@pytest.mark.parametrize("module", [lambda: Select(0), lambda: Select(-1), KeepLast])
+def test_positions_keep_the_sizes_free(module: object) -> None:
+    """``x[:, 0]`` (BERT's pooler) and ``x[:, -1]`` (the last position, counted from the end)
+    read the same position at every length: batch and length stay free."""
+    m = module().eval()  # type: ignore[operator]
+    imported = _check(m, torch.randn(2, 7, 8))
+    assert [v.label for v in imported.model.config().free] == ["batch", "seq"]
+    for batch, n in ((3, 13), (1, 1)):
+        x = torch.randn(batch, n, 8)
+        got = ncd.run(imported.model, x.numpy(), params=imported.params)
+        np.testing.assert_allclose(got, m(x).detach().numpy(), rtol=TOL, atol=TOL)
+        exe = ncd.compile(imported.model, "opencl")
+        np.testing.assert_allclose(exe(x.numpy(), params=imported.params), got, rtol=TOL, atol=TOL)
+
+
+class Tail(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, -3:] * 2.0 + x[:, -4:-1]
+
+
+def test_a_slice_counted_from_the_end_keeps_the_length_free() -> None:
+    imported = _check(Tail(), torch.randn(2, 7, 8))
+    assert [v.label for v in imported.model.config().free] == ["batch", "seq"]
+    x = torch.randn(3, 13, 8)
+    got = ncd.run(imported.model, x.numpy(), params=imported.params)
+    np.testing.assert_allclose(got, Tail()(x).numpy(), rtol=TOL, atol=TOL)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("n", [1, 7, 13])
+@pytest.mark.parametrize("module", [Pick, Indexed])
+def test_ids_fed_to_the_model_are_a_gather(n: int, module: type[nn.Module]) -> None:
+    ids = torch.tensor([n - 1, 0, n // 2, n - 1])
+    imported = _check(module(), _x(n), ids)
+    assert any(type(node.op).kind == "gather" for node in imported.model.graph.nodes)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("n", [1, 7, 13])
+def test_log_likelihood_through_torch_gather(n: int) -> None:
+    x = _x(n)
+    x[1, 0] = float("-inf")  # a row of -inf: NaN through log_softmax, as torch gives
+    x[1, 0, 3] = 0.0
+    targets = torch.randint(0, 8, (2, n), generator=torch.Generator().manual_seed(1))
+    _check(LogLikelihood(), x, targets)
+
+
+def test_log_softmax_never_takes_the_log_of_an_underflowed_softmax() -> None:
+    x = torch.tensor([[[0.0, -200.0, 300.0]]])
+    targets = torch.tensor([[1]])
+    imported = _check(LogLikelihood(), x, targets)
+    got = ncd.run(imported.model, x.numpy(), targets.numpy(), params=imported.params)
+    assert np.isfinite(got).all() and got[0, 0] == pytest.approx(-500.0)
+
+
+@pytest.mark.parametrize("n", [1, 7, 13])
+def test_embedding_of_a_computed_table(n: int) -> None:
+    ids = torch.randint(0, 11, (3, n), generator=torch.Generator().manual_seed(n))
+    imported = _check(ComputedTable(), ids)
+    with pytest.raises(ncd.IndexRangeError, match=r"must lie in \[0, 11\)"):
+        ncd.run(imported.model, np.full((3, n), 11), params=imported.params)
