@@ -23,6 +23,9 @@ __all__ = [
     "avg_pool1d",
     "avg_pool2d",
     "batch_norm",
+    "bert",
+    "bert_attention",
+    "bert_layer",
     "conv1d",
     "conv2d",
     "conv3d",
@@ -437,6 +440,7 @@ def mse(*, label: str = "loss") -> Term:
 
 
 import ncd.primitives.routing  # noqa: E402, F401  (registers the routing ops at import)
+from ncd._bert import bert, bert_attention, bert_layer  # noqa: E402
 from ncd._llama import gqa_attention, llama, llama_block, swiglu  # noqa: E402
 from ncd.conv import (  # noqa: E402  (windows then an einsum; pooling a windowed reduction)
     avg_pool1d,
