@@ -16,9 +16,11 @@ __all__ = [
     "Imported",
     "TorchImportError",
     "from_torch",
+    "load_state_dict",
     "state_dict",
     "supported_ops",
     "to_module",
+    "torch_shapes",
     "torch_rule",
 ]
 
@@ -27,6 +29,8 @@ _WHERE = {
     "TORCH_RULES": "ncd_torch._rules",
     "torch_rule": "ncd_torch._rules",
     "state_dict": "ncd_torch._backend",
+    "load_state_dict": "ncd_torch._checkpoint",
+    "torch_shapes": "ncd_torch._checkpoint",
     "from_torch": "ncd_torch._import",
     "Imported": "ncd_torch._import",
     "supported_ops": "ncd_torch._import_errors",

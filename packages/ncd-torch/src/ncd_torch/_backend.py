@@ -17,16 +17,23 @@ from ncd.plugins.interfaces import Backend, Executable, Exporter
 __all__ = ["TorchBackend", "TorchExecutable", "TorchExporter", "demo_step", "state_dict"]
 
 
-def state_dict(params: Mapping[str, Any], dtype: Any = None) -> dict[str, Any]:
+def state_dict(
+    params: Mapping[str, Any], dtype: Any = None, *, model: Any = None
+) -> dict[str, Any]:
     """``{name: array}`` (e.g. ``ncd.init`` output, bf16 arrays included) as tensors for
-    ``module.load_state_dict``."""
+    ``module.load_state_dict``: of ``to_module(model)`` as they are, or, given ``model``, in
+    torch's own form (each Linear's weight one ``(out, in)`` matrix, ``torch_shapes``), which
+    a torch module with the same names (HF's Llama for ``ncd.nn.llama``) loads."""
     import torch
 
+    from ncd_torch._checkpoint import torch_shapes
     from ncd_torch._dtypes import to_tensor
 
+    shapes = torch_shapes(model) if model is not None else {}
     out = {}
     for name, array in params.items():
         t = array if isinstance(array, torch.Tensor) else to_tensor(array)
+        t = t.reshape(shapes[name]) if name in shapes else t
         out[name] = t if dtype is None else t.to(dtype)
     return out
 
