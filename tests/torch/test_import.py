@@ -53,10 +53,14 @@ def test_batch_and_length_stay_free_unless_asked_or_fixed():
         np.testing.assert_allclose(got, block(x).detach().numpy(), rtol=1e-5, atol=1e-5)
     bound = from_torch(block, (torch.randn(2, 7, 12),), free_sizes=False).model
     assert not bound.config().free
-    # a positional table added whole fixes the length, and the module runs at no other one
+    # a positional table added whole fixes the length (the module runs at no other one); the
+    # batch alone stays free
     gpt = GPT(layers=1, seq=7, d_model=12, heads=3, d_ff=29, vocab=11).eval()
-    fixed = from_torch(gpt, (torch.randint(0, 11, (2, 7)),)).model
-    assert not fixed.config().free
+    fixed = from_torch(gpt, (torch.randint(0, 11, (2, 7)),))
+    assert [v.label for v in fixed.model.config().free] == ["batch"]
+    ids = torch.randint(0, 11, (5, 7))
+    got = ncd.run(fixed.model, ids.numpy(), params=fixed.params)
+    np.testing.assert_allclose(got, gpt(ids).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_explicit_matmul_attention_imports():

@@ -60,6 +60,25 @@ class ComputedTable(nn.Module):
         return F.embedding(ids, torch.tanh(self.table) * 3.0)
 
 
+class Glu(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = torch.tanh(x).chunk(2, dim=-1)
+        return a * torch.sigmoid(b)
+
+
+class Pieces(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b, c = (x * 2.0).split([3, 1, 4], dim=-1)
+        p = (x + 1.0).split(3, dim=-1)  # 3, 3, 2: the last piece shorter
+        return a.sum(-1) + b.squeeze(-1) - c.mean(-1) + p[2].sum(-1)
+
+
+class Unbind(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = (x * 3.0).unbind(-1)
+        return a - b
+
+
 def _check(module: nn.Module, *inputs: torch.Tensor) -> ncd_torch.Imported:
     module.eval()
     imported = ncd_torch.from_torch(module, inputs)
@@ -155,3 +174,17 @@ def test_embedding_of_a_computed_table(n: int) -> None:
     imported = _check(ComputedTable(), ids)
     with pytest.raises(ncd.IndexRangeError, match=r"must lie in \[0, 11\)"):
         ncd.run(imported.model, np.full((3, n), 11), params=imported.params)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("module", [Glu, Pieces])
+def test_split_and_chunk_of_an_activation_are_slices(module: type[nn.Module]) -> None:
+    imported = _check(module(), _x(7))
+    assert [v.label for v in imported.model.config().free] == ["batch", "seq"]
+    x = _x(13)
+    got = ncd.run(imported.model, x.numpy(), params=imported.params)
+    np.testing.assert_allclose(got, module()(x).numpy(), rtol=TOL, atol=TOL)
+
+
+def test_unbind_reads_each_position() -> None:
+    _check(Unbind(), torch.randn(3, 7, 2))

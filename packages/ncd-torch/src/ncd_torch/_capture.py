@@ -19,9 +19,12 @@ import numpy as np
 
 from ncd import ops
 from ncd.axis import Axis
+from ncd.dtypes import dtype as to_dtype
+from ncd.dtypes import float32
 from ncd.errors import NcdError
 from ncd.op import Op
 from ncd_torch._capture_views import ViewsMixin
+from ncd_torch._dtypes import to_numpy
 from ncd_torch._import_axes import AxisTable, Grouped
 from ncd_torch._import_errors import Problem, Site, report, site_of
 from ncd_torch._import_rules import (
@@ -271,7 +274,7 @@ class Capture(ViewsMixin):
         fqn = self.param_of[arg.name]
         tensor = self.program.state_dict[fqn]
         self._pending.append(fqn)  # the next recorded op owns it
-        return np.array(tensor.detach().cpu().numpy())
+        return np.array(to_numpy(tensor))
 
     def _learned(self, arg: Any) -> None:
         fqn = self.param_of[arg.name]
@@ -298,6 +301,9 @@ class Capture(ViewsMixin):
     ) -> str:
         self._count += 1
         out = f"%{self._count}"
+        formats = {to_dtype(a.dtype) for a, _ in params.values() if a.dtype.kind in "fV"}
+        if len(formats) == 1 and formats != {float32} and getattr(op, "dtype", None) is None:
+            op = attrs.evolve(op, dtype=formats.pop())  # a bf16/fp16/fp64 module's weights
         self.records.append(
             Record(op, [self.ref.get(k, k) for k in inputs], out, self.scopes(node), params)
         )
@@ -451,7 +457,7 @@ class Capture(ViewsMixin):
 
     def _input(self, node: Any) -> None:
         shape = self.shape(node)
-        floats = self.dtype(node).startswith("float")
+        floats = self.dtype(node).startswith(("float", "bfloat"))
         names = ["batch"] * len(shape)
         if floats and shape:
             names[-1] = "features"

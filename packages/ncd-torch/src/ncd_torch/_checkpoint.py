@@ -17,6 +17,7 @@ import numpy as np
 from ncd.errors import ParameterError, SizeError
 from ncd.graph import as_graph
 from ncd.primitives import library as L
+from ncd_torch._dtypes import to_numpy
 
 __all__ = ["load_state_dict", "torch_shapes"]
 
@@ -91,7 +92,7 @@ def load_state_dict(
     out: dict[str, np.ndarray] = {}
     for name, shape in wanted.items():
         value = state_dict[name]
-        array = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+        array = np.asarray(to_numpy(value) if hasattr(value, "detach") else value)
         if array.shape != shape and not _merges(shape, array.shape):
             raise ParameterError(
                 f"load_state_dict: {name} has shape {list(array.shape)}, which is not the "

@@ -9,6 +9,7 @@ through ``ncd.trace``; each user-defined submodule becomes a named definition (`
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,6 +22,7 @@ from ncd import ops, serialize, trace
 from ncd.axis import ArrayType
 from ncd.errors import NcdError
 from ncd_torch._capture import Capture, Record, _snake
+from ncd_torch._dtypes import to_numpy
 from ncd_torch._import_rules import TorchImportError
 
 __all__ = ["Imported", "from_torch", "origin_of"]
@@ -51,7 +53,7 @@ class Imported:
             m = _SPEC.match(spec)
             assert m is not None  # the pattern matches every string
             value = state_dict[m["base"]]
-            array = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+            array = np.asarray(to_numpy(value) if hasattr(value, "detach") else value)
             if m["t"]:
                 array = array.T
             if m["a"] is not None:
@@ -239,9 +241,12 @@ def _rebuild(c: Capture, root: str) -> Any:
         ) from e
 
 
-def _other_inputs(c: Capture, inputs: tuple[Any, ...]) -> tuple[Any, ...] | None:
+def _other_inputs(
+    c: Capture, inputs: tuple[Any, ...], labels: tuple[str, ...]
+) -> tuple[Any, ...] | None:
     """The example inputs at another batch (one more) and length (one less, or one more when
-    the example's is at most 2): the second capture that tells which sizes may stay free."""
+    the example's is at most 2), for the dims of ``labels`` only: the second capture that
+    tells which sizes may stay free."""
     import torch
 
     out = []
@@ -249,12 +254,12 @@ def _other_inputs(c: Capture, inputs: tuple[Any, ...]) -> tuple[Any, ...] | None
     for name, x in zip(c.user_inputs, inputs, strict=True):
         for dim, v in enumerate(c.dims[name]):
             label, n = c.axes.name(v), c.axes.size[v]
+            if label not in labels:
+                continue
             if label == "batch":
                 x = torch.cat([x, x.narrow(dim, 0, 1)], dim)
-            elif label in ("seq", "seq_k"):  # seq_k: a padding mask over the keys
+            else:  # seq_k: a padding mask over the keys
                 x = x.narrow(dim, 0, n - 1) if n > 2 else torch.cat([x, x.narrow(dim, 0, 1)], dim)
-            else:
-                continue
             changed = True
         out.append(x)
     return tuple(out) if changed else None
@@ -268,17 +273,17 @@ def _shape_free(graph: Any) -> dict[str, Any]:
 
 def _free(module: Any, inputs: tuple[Any, ...], c: Capture, model: Any) -> Any:
     """``model`` with the size classes free that differ between this capture and one at
-    another batch and length (same graph otherwise) and that no parameter fixes."""
+    another batch and length (same graph otherwise) and that no parameter fixes; when the
+    module does not import to the same graph at another length (a reshape that folds it), at
+    another batch alone."""
     if len(c.user_inputs) != len(inputs):
         return model
-    other = _other_inputs(c, inputs)
-    if other is None:
-        return model
-    try:
-        second = _rebuild(_read(module, other), type(module).__name__)
-    except Exception:  # the module does not run or import at the other sizes: keep them bound
-        return model
-    if _shape_free(second.graph) != _shape_free(model.graph):
+    for labels in (("batch", "seq", "seq_k"), ("batch",)):
+        other = _other_inputs(c, inputs, labels)
+        second = _second(module, other) if other is not None else None
+        if second is not None and _shape_free(second.graph) == _shape_free(model.graph):
+            break
+    else:
         return model
     sizes = {a.uid: b.size for a, b in zip(model.graph.axes, second.graph.axes, strict=True)}
     fixed = {a.uid for n in model.graph.nodes for p in n.op.params() for a in p.axes}
@@ -296,6 +301,19 @@ def _free(module: Any, inputs: tuple[Any, ...], c: Capture, model: Any) -> Any:
     except NcdError:
         return model
     return freed
+
+
+def _second(module: Any, inputs: tuple[Any, ...]) -> Any:
+    """The module imported at other sizes, or ``None`` where it does not run or import."""
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # a module that fails at other sizes is an answer here
+    try:
+        return _rebuild(_read(module, inputs), type(module).__name__)
+    except Exception:
+        return None
+    finally:
+        quiet.setLevel(level)
 
 
 def _node(program: Any, name: str) -> Any:

@@ -16,6 +16,7 @@ import numpy as np
 from ncd import ops as L
 from ncd.primitives.batchnorm import BatchNorm
 from ncd.primitives.library import Parameter
+from ncd_torch._dtypes import to_numpy
 from ncd_torch._import_rules import import_rule
 
 if TYPE_CHECKING:
@@ -324,7 +325,7 @@ def _batch_norm(c: Capture, node: Any) -> None:
     for stat, arg in (("running_mean", mean), ("running_var", var)):
         if getattr(arg, "name", None) not in c.const_of:
             raise c.unsupported(node, f"a {stat} that is not a buffer")
-        params[stat] = np.array(c._stored(arg.name).detach().cpu().numpy())
+        params[stat] = np.array(to_numpy(c._stored(arg.name)))
         names.append(c.const_of[arg.name])
     c.axes.hint(dims[1], "channels", 0.3)
     eps = float(_arg(node, 7, "eps", 1e-5))

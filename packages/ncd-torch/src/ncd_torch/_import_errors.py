@@ -60,7 +60,8 @@ ADVICE: dict[str, str] = {
     "aten.expand": "expand of an activation is not supported yet (let broadcasting do it)",
     "aten.repeat": "repeat of an activation is not supported yet (let broadcasting do it)",
     "aten.unsqueeze": "unsqueeze of an activation is not supported yet (let broadcasting do it)",
-    "aten.squeeze": "squeeze of an activation is not supported yet",
+    "aten.squeeze": "squeeze imports for broadcast dims and one-wide axes of their own (a "
+    "split's piece); a dim folded with another does not",
     "aten.to": "a cast between formats is not supported yet (only casts to the same format, "
     "which vanish)",
     "aten._to_copy": "a cast between formats is not supported yet (only casts to the same "

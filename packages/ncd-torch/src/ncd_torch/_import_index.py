@@ -1,13 +1,15 @@
 """Import rules for indexing an activation: ``x[:, i]`` (``select``), ``x[:, [i]]`` and
-``x[:, ids]`` (``index``), ``index_select``, ``gather`` and an ``embedding`` of a table that is
-not a parameter. A constant position is a one-wide ``Slice`` (summed away where the dim goes:
-one element, so the sum is that element), counted from the end when the index is negative
-(``x[:, -1]`` reads the last position at every length); ids the model computes or takes as an
-input are a ``Gather`` along the indexed dim.
+``x[:, ids]`` (``index``), ``index_select``, ``gather``, an ``embedding`` of a table that is
+not a parameter, and the pieces of ``split``/``chunk``/``unbind``. A constant position is a
+one-wide ``Slice`` (summed away where the dim goes: one element, so the sum is that element),
+counted from the end when the index is negative (``x[:, -1]`` reads the last position at every
+length); ids the model computes or takes as an input are a ``Gather`` along the indexed dim;
+each piece of a split read is a ``Slice``.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any
 
 from ncd import ops as L
@@ -161,6 +163,55 @@ def _gather_along(c: Capture, node: Any) -> None:
     if ids is None:
         raise c.unsupported(node, "torch.gather with constant ids")
     _gather(c, node, x, dim, ids, along=True)
+
+
+def _pieces(c: Capture, node: Any) -> list[Any]:
+    """The ``getitem`` users of a multi-output node, by index; each taken by this rule."""
+    users = sorted(node.users, key=lambda g: int(g.args[1]) if len(g.args) > 1 else -1)
+    if not all(g.target is operator.getitem for g in users):
+        raise c.unsupported(node, "a split whose pieces are not read one by one")
+    c.done.update(g.name for g in users)
+    return users
+
+
+@import_rule("aten.split", "aten.split_with_sizes", "aten.chunk")
+def _split(c: Capture, node: Any) -> None:
+    """``x.split(sizes, dim)``, ``x.chunk(k, dim)``: each piece read is a slice of ``x``."""
+    x = c.plain(node.args[0])
+    dims = c.dims[x]
+    d = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    dim = int(d) % len(dims)
+    src = dims[dim]
+    if src is None:
+        raise c.unsupported(node, "splitting a size-1 broadcast dim")
+    sizes = _piece_sizes(c, node, c.shape(node.args[0])[dim])
+    for g in _pieces(c, node):
+        k = int(g.args[1])
+        start, m = sum(sizes[:k]), sizes[k]
+        out = c.axes.new(m, f"{c.axes.name(src)}_{start}", 0.3)
+        op = L.Slice(c.axis(src), c.axis(out), start, name=c.leaf(g) or f"piece_{k}")
+        c.op(g, op, [x], extra=[out])
+        c.set(g, [*dims[:dim], out, *dims[dim + 1 :]], recorded=True)
+
+
+def _piece_sizes(c: Capture, node: Any, n: int) -> list[int]:
+    """The sizes of every piece of a split of ``n`` elements (torch's rules)."""
+    how = node.args[1]
+    if c.aten(node) == "aten.chunk":
+        step = -(-n // int(how))
+        return [min(step, n - s) for s in range(0, n, step)]
+    if isinstance(how, int):
+        return [min(how, n - s) for s in range(0, n, how)]
+    return [int(v) for v in how]
+
+
+@import_rule("aten.unbind")
+def _unbind(c: Capture, node: Any) -> None:
+    """``x.unbind(dim)``: each piece read is ``x`` at one position, the dim gone."""
+    x = c.plain(node.args[0])
+    dim = (int(node.args[1]) if len(node.args) > 1 else 0) % len(c.dims[x])
+    for g in _pieces(c, node):
+        _at(c, g, x, dim, int(g.args[1]), keep=False)
 
 
 def embedding_of_value(c: Capture, node: Any) -> None:

@@ -150,8 +150,9 @@ def _gelu(c: Capture, node: Any) -> None:
 @import_rule("aten.to", "aten._to_copy", "aten.type_as")
 def _cast(c: Capture, node: Any) -> None:
     """A cast to the format the value already has vanishes (HF's ``.to(float32)``); integers
-    and bools become floats through ``ops.cast`` (a padding mask); a cast to bool read only as
-    a condition (``masked_fill``, ``where``) vanishes too, since those read nonzero as true."""
+    and bools become floats, and floats other floats, through ``ops.cast`` (a padding mask; a
+    float64 or bfloat16 island); a cast to bool read only as a condition (``masked_fill``,
+    ``where``) vanishes too, since those read nonzero as true."""
     src = node.args[0]
     have, want = c.dtype(src), c.dtype(node)
     if have == want:
@@ -160,7 +161,7 @@ def _cast(c: Capture, node: Any) -> None:
     if want == "bool" and node.users and all(_reads_as_condition(c, u, node) for u in node.users):
         c.alias(node, src)
         return
-    if want.startswith("float") and not have.startswith("float"):
+    if want.startswith(("float", "bfloat")):
         x = c.key(src)
         c.op(node, L.Cast(want), [x])
         c.set(node, c.dims[x])
@@ -305,8 +306,15 @@ def _squeeze(c: Capture, node: Any) -> None:
     shape = c.shape(node.args[0])
     which = node.args[1] if len(node.args) > 1 else [i for i, n in enumerate(shape) if n == 1]
     which = {int(d) % len(dims) for d in ([which] if isinstance(which, int) else which)}
-    if any(dims[i] is not None for i in which if shape[i] == 1):
-        raise c.unsupported(node, "squeezing a size-1 dim that is an axis of its own")
+    own = [i for i in which if shape[i] == 1 and dims[i] is not None]
+    if any(isinstance(dims[i], tuple) for i in own):
+        raise c.unsupported(node, "squeezing a size-1 dim folded with another")
+    if own:  # a one-wide axis of its own (a split's piece): summed away, one element each
+        x = c.plain(node.args[0])
+        c.op(node, L.Reduce("sum", tuple(c.axis(dims[i]) for i in own), name="squeeze"), [x])
+        keep = [d for i, d in enumerate(c.dims[x]) if not (i in which and shape[i] == 1)]
+        c.set(node, keep, recorded=True)
+        return
     c.alias(node, node.args[0], [d for i, d in enumerate(dims) if not (i in which and d is None)])
 
 
@@ -689,7 +697,7 @@ def _sdpa(c: Capture, node: Any) -> None:
     mask = args.get("attn_mask")
     added = None  # an additive float mask computed from the inputs (a padding mask)
     if mask is not None and getattr(mask, "name", None) not in c.folded:
-        if c.dtype(mask) == "bool" or not c.dtype(mask).startswith("float"):
+        if c.dtype(mask) == "bool" or not c.dtype(mask).startswith(("float", "bfloat")):
             raise c.unsupported(
                 node, "a bool attn_mask computed from the inputs (an additive float one imports)"
             )
