@@ -30,6 +30,19 @@ OPENCL = "pyopencl[pocl]"
 RUFF = "ruff==0.17.6"
 TEST = ["pytest>=8", "hypothesis>=6.90", "pytest-xdist"]
 CORE = "./packages/ncd-core"
+#: tests/torch files whose checks include OpenCL (run again in the integration session)
+IMPORT_TESTS = tuple(
+    f"tests/torch/test_{name}.py"
+    for name in (
+        "real_models",
+        "llama",
+        "bert_zoo",
+        "import_index",
+        "import_casts",
+        "conv",
+        "torch_nn_transformer",
+    )
+)
 PLUGINS = ("torch", "opencl", "cuda", "diagram", "perf")
 
 
@@ -71,8 +84,10 @@ def core(session: nox.Session) -> None:
 
 @nox.session
 def torch(session: nox.Session) -> None:
+    """ncd-torch alone, with its pinned test dependency (transformers: real models built from
+    configs); the checks on OpenCL in these tests run in the integration session."""
     session.install(*TEST, TORCH)
-    session.install(CORE, "./packages/ncd-torch")
+    session.install(CORE, "./packages/ncd-torch[test]")
     _pytest(session, "tests/torch")
 
 
@@ -104,12 +119,16 @@ def cuda(session: nox.Session) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Every package together, the example third-party backend, and the demo."""
+    """Every package together, the example third-party backend, and the demo; the real-model
+    import tests again, with their OpenCL halves."""
     session.install(*TEST, TORCH, OPENCL)
     session.install(
-        CORE, *(f"./packages/ncd-{p}" for p in PLUGINS), "./examples/ncd-example-backend"
+        CORE,
+        *(f"./packages/ncd-{p}" for p in PLUGINS if p != "torch"),
+        "./packages/ncd-torch[test]",
+        "./examples/ncd-example-backend",
     )
-    _pytest(session, "tests/integration")
+    _pytest(session, "tests/integration", *IMPORT_TESTS)
     session.run("ncd", "demo", "--out", f"{session.create_tmp()}/demo")
 
 

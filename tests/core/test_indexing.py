@@ -187,3 +187,33 @@ def test_gpt_block_size_reads_the_first_positions_of_its_table() -> None:
         np.testing.assert_allclose(ncd.run(short, ids[:n], params=params), want[:n], atol=1e-6)
     with pytest.raises(ncd.DefinitionError, match=r"\[0:17\] of block.*ends past its size 16"):
         ncd.run(short, np.append(ids, 0), params=params)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("fn", ["lt", "le", "gt", "ge", "eq", "ne"])
+def test_comparisons_are_ieee_truths_in_the_float_format(n: int, fn: str) -> None:
+    r, c = _a("r", n), _a("c", 7)
+    x = _nonfinite((n, 7))
+    y = np.where(RNG.random((n, 7)) < 0.3, x, RNG.standard_normal((n, 7)))  # ties too
+    y[0, 0] = np.nan
+    want = {
+        "lt": np.less,
+        "le": np.less_equal,
+        "gt": np.greater,
+        "ge": np.greater_equal,
+        "eq": np.equal,
+        "ne": np.not_equal,
+    }[fn]
+    got = ncd.run(identity((r, c), (r, c)) >> ops.binary(fn), x, y)
+    np.testing.assert_array_equal(got, want(x, y).astype(np.float64))
+    assert got.dtype == np.float64
+    scalar = ncd.run(ops.scalar(fn, 0.5).over(r, c), x)
+    np.testing.assert_array_equal(scalar, want(x, 0.5).astype(np.float64))
+
+
+def test_comparisons_have_no_gradient() -> None:
+    r = _a("r", 7)
+    model = identity((r,), (r,)) >> ops.binary("gt") >> ops.sum("r")
+    _, grads = ncd.run(ncd.grad(model, wrt="inputs"), RNG.standard_normal(7), np.zeros(7))
+    for g in grads:
+        np.testing.assert_array_equal(g, np.zeros(7))

@@ -230,7 +230,7 @@ def test_a_conv_net_imports_and_matches_torch(make: Any, shape: tuple[int, ...])
 
 
 def test_an_imported_conv_net_runs_on_opencl() -> None:
-    pytest.importorskip("pyopencl")
+    pytest.importorskip("ncd_opencl")
     torch.manual_seed(3)
     module = _net2d()
     x = torch.randn(2, 3, 7, 13)
@@ -296,7 +296,7 @@ def test_a_resnet_imports_runs_exports_draws_and_is_priced() -> None:
     back.load_state_dict(module.state_dict())
     with torch.no_grad():
         np.testing.assert_allclose(back(x).numpy(), want, atol=1e-5)
-    if importlib.util.find_spec("pyopencl") is not None:
+    if importlib.util.find_spec("ncd_opencl") is not None:
         got = ncd.compile(model, "opencl")(x.numpy(), params=params)
         np.testing.assert_allclose(got, want, atol=1e-5)
     if importlib.util.find_spec("ncd_diagram") is not None:

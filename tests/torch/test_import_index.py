@@ -1,9 +1,13 @@
 """from_torch of indexing an activation: ``x[:, i]`` (select), ``x[:, [i]]`` and ``x[:, ids]``
-(index), ``index_select``, ``torch.gather`` after ``log_softmax``, and an embedding of a
-computed table. Each against torch at lengths 1, 7 and 13 on the reference and OpenCL, with
-non-finite activations, and exported back with the original checkpoint."""
+(index), ``index_select``, ``torch.gather`` after ``log_softmax``, an embedding of a computed
+table, splits, and comparisons of activations feeding ``where``, ``masked_fill``, logic, casts
+and SDPA's bool ``attn_mask``. Each against torch at lengths 1, 7 and 13 on the reference and
+OpenCL (where ncd-opencl is installed), with non-finite activations, and exported back with
+the original checkpoint."""
 
 from __future__ import annotations
+
+import importlib.util
 
 import numpy as np
 import pytest
@@ -13,6 +17,10 @@ from torch import nn
 
 import ncd
 import ncd_torch
+
+#: the OpenCL half of each check runs where ncd-opencl is installed (the torch session alone
+#: has the reference and torch)
+OPENCL = importlib.util.find_spec("ncd_opencl") is not None
 
 TOL = 2e-6
 
@@ -86,8 +94,9 @@ def _check(module: nn.Module, *inputs: torch.Tensor) -> ncd_torch.Imported:
     arrays = [t.numpy() for t in inputs]
     got = ncd.run(imported.model, *arrays, params=imported.params)
     np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
-    exe = ncd.compile(imported.model, "opencl")
-    np.testing.assert_allclose(exe(*arrays, params=imported.params), want, rtol=TOL, atol=TOL)
+    if OPENCL:
+        exe = ncd.compile(imported.model, "opencl")
+        np.testing.assert_allclose(exe(*arrays, params=imported.params), want, rtol=TOL, atol=TOL)
     back = ncd_torch.to_module(imported.model)
     back.load_state_dict(module.state_dict())
     np.testing.assert_allclose(back(*inputs).detach().numpy(), want, rtol=TOL, atol=TOL)
@@ -124,8 +133,10 @@ def test_positions_keep_the_sizes_free(module: object) -> None:
         x = torch.randn(batch, n, 8)
         got = ncd.run(imported.model, x.numpy(), params=imported.params)
         np.testing.assert_allclose(got, m(x).detach().numpy(), rtol=TOL, atol=TOL)
-        exe = ncd.compile(imported.model, "opencl")
-        np.testing.assert_allclose(exe(x.numpy(), params=imported.params), got, rtol=TOL, atol=TOL)
+        if OPENCL:
+            exe = ncd.compile(imported.model, "opencl")
+            got = exe(x.numpy(), params=imported.params)
+            np.testing.assert_allclose(got, m(x).detach().numpy(), rtol=TOL, atol=TOL)
 
 
 class Tail(nn.Module):
@@ -188,3 +199,54 @@ def test_split_and_chunk_of_an_activation_are_slices(module: type[nn.Module]) ->
 
 def test_unbind_reads_each_position() -> None:
     _check(Unbind(), torch.randn(3, 7, 2))
+
+
+class Leaky(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x > 0, x, 0.01 * x)
+
+
+class Clip(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x.masked_fill((x < y) & ~(y > 1.0) | (x == 0.5), -5.0)
+
+
+class Count(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (
+            (x >= 0.5).float().mean(-1) + (x != x).float().sum(-1) + (x <= -1).to(x.dtype)[..., 0]
+        )
+
+
+class BoolMask(nn.Module):
+    """SDPA with a bool mask computed from the inputs: a key takes part where its features are
+    large; a query with no such key gets zeros, as torch gives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.proj(x).view(b, n, 2, 4).transpose(1, 2)
+        keep = (x.abs().sum(-1) > 6.0)[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, q, q, attn_mask=keep)
+        return out.transpose(1, 2).reshape(b, n, 8)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("n", [1, 7, 13])
+def test_comparisons_of_activations(n: int) -> None:
+    _check(Leaky(), _x(n))
+    _check(Clip(), _x(n), torch.randn(8) * 2.0)
+    _check(Count(), _x(n))
+
+
+@pytest.mark.parametrize("n", [1, 7, 13])
+def test_a_bool_attn_mask_computed_from_the_inputs(n: int) -> None:
+    torch.manual_seed(n)
+    x = torch.randn(3, n, 8)
+    x[0] *= 0.1  # no key of the first batch row takes part: zeros, as torch
+    imported = _check(BoolMask(), x)
+    got = ncd.run(imported.model, x.numpy(), params=imported.params)
+    assert np.all(got[0] == 0.0) and np.isfinite(got).all()

@@ -599,6 +599,8 @@ def _unary(t: Tape, op: L.Unary, xs: list[int], ys: list[int], cts: Any, need: A
 def _binary(t: Tape, op: L.Binary, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     (a, b), y, ct = xs, ys[0], cts[0]
     fn = op.fn
+    if fn in L.COMPARISONS:
+        return [None, None]  # a step in its operands: zero almost everywhere
     if fn == "add":
         return [ct, ct]
     if fn == "sub":
@@ -629,6 +631,8 @@ def _binary(t: Tape, op: L.Binary, xs: list[int], ys: list[int], cts: Any, need:
 def _scalar(t: Tape, op: L.Scalar, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     x, y, ct, c, rev = xs[0], ys[0], cts[0], op.const, op.reverse
     fn = op.fn
+    if fn in L.COMPARISONS:
+        return [None]
     if fn == "add":
         return [ct]
     if fn == "sub":

@@ -101,6 +101,21 @@ BINARY: dict[str, Callable[[Any, Any], Array]] = {
     "min": np.minimum,
     "pow": np.power,
 }
+
+
+def _comparison(f: Callable[[Any, Any], Array]) -> Callable[[Any, Any], Array]:
+    """1.0 where ``f`` holds, else 0.0, in the operands' format (IEEE: NaN compares false)."""
+    return lambda a, b: f(a, b).astype(np.result_type(a, b))
+
+
+BINARY.update(
+    lt=_comparison(np.less),
+    le=_comparison(np.less_equal),
+    gt=_comparison(np.greater),
+    ge=_comparison(np.greater_equal),
+    eq=_comparison(np.equal),
+    ne=_comparison(np.not_equal),
+)
 REDUCE: dict[str, Callable[..., Array]] = {
     "sum": np.sum,
     "max": np.max,

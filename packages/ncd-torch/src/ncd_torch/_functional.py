@@ -7,6 +7,8 @@ and broadcasts over the leading (lifted) ones, the layout ``ncd.reference`` uses
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -56,6 +58,35 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, n: int, eps: float) ->
     dims = tuple(range(-n, 0))
     y = x / torch.sqrt(torch.mean(x * x, dim=dims, keepdim=True) + eps)
     return y if weight is None else y * weight
+
+
+def _truth(holds: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
+    """A comparison's bools as 1.0 / 0.0 in the operands' float dtype (ncd's comparisons)."""
+    return holds.to(torch.result_type(a, b))
+
+
+def lt(a: Any, b: Any) -> torch.Tensor:
+    return _truth(torch.lt(a, b), a, b)
+
+
+def le(a: Any, b: Any) -> torch.Tensor:
+    return _truth(torch.le(a, b), a, b)
+
+
+def gt(a: Any, b: Any) -> torch.Tensor:
+    return _truth(torch.gt(a, b), a, b)
+
+
+def ge(a: Any, b: Any) -> torch.Tensor:
+    return _truth(torch.ge(a, b), a, b)
+
+
+def eq(a: Any, b: Any) -> torch.Tensor:
+    return _truth(torch.eq(a, b), a, b)
+
+
+def ne(a: Any, b: Any) -> torch.Tensor:
+    return _truth(torch.ne(a, b), a, b)
 
 
 def where(cond: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -88,6 +88,19 @@ ARITH = {
     "aten.maximum": "max",
     "aten.minimum": "min",
     "aten.pow": "pow",
+    # comparisons of activations: 1.0 / 0.0 (torch's bools) for where, masked_fill, casts
+    **{f"aten.{fn}": fn for fn in ("lt", "le", "gt", "ge", "eq", "ne")},
+}
+#: logic on comparison results (0.0 / 1.0 in ncd): not is 1 - m, and a product, or a maximum
+LOGIC = {
+    "aten.logical_not": "not",
+    "aten.bitwise_not": "not",
+    "aten.logical_and": "mul",
+    "aten.bitwise_and": "mul",
+    "aten.logical_or": "max",
+    "aten.bitwise_or": "max",
+    "aten.__and__": "mul",
+    "aten.__or__": "max",
 }
 ALIASES = ("aten.contiguous", "aten.clone", "aten.alias", "aten.detach", "aten.lift_fresh_copy")
 #: ops that read a size-1 broadcast dim (None in ``Capture.dims``) correctly: elementwise ones
@@ -95,6 +108,7 @@ ALIASES = ("aten.contiguous", "aten.clone", "aten.alias", "aten.detach", "aten.l
 SIZE1_SAFE = {
     *ACTIVATIONS,
     *ARITH,
+    *LOGIC,
     *ALIASES,
     "aten.gelu",
     "aten.dropout",
@@ -186,6 +200,23 @@ def _dropout(c: Capture, node: Any) -> None:
     x = c.plain(node.args[0])
     c.op(node, L.Dropout(float(node.args[1])), [x])
     c.set(node, c.dims[x])
+
+
+@import_rule(*LOGIC)
+def _logic(c: Capture, node: Any) -> None:
+    fn = LOGIC[c.aten(node)]
+    args = [a for a in node.args[:2] if c.is_tensor(a)]
+    if any(c.dtype(a) != "bool" for a in args) or len(args) != (1 if fn == "not" else 2):
+        raise c.unsupported(node, "logic on integers (bitwise ops of bools only)")
+    if fn == "not":
+        x = c.plain(args[0])
+        c.op(node, L.Scalar("sub", 1.0, reverse=True, name="not"), [x])
+        c.set(node, c.dims[x])
+        return
+    x, y = c.plain(args[0]), c.plain(args[1])
+    out = c.broadcast(node, c.dims[x], c.dims[y])
+    c.op(node, L.Binary(fn), [x, y])
+    c.set(node, out)
 
 
 @import_rule(*ARITH)
@@ -696,12 +727,14 @@ def _sdpa(c: Capture, node: Any) -> None:
     causal = bool(args.get("is_causal", False))
     mask = args.get("attn_mask")
     added = None  # an additive float mask computed from the inputs (a padding mask)
+    keep = None  # a bool one: True where a key takes part
     if mask is not None and getattr(mask, "name", None) not in c.folded:
-        if c.dtype(mask) == "bool" or not c.dtype(mask).startswith(("float", "bfloat")):
-            raise c.unsupported(
-                node, "a bool attn_mask computed from the inputs (an additive float one imports)"
-            )
-        added = c.key(mask)
+        if c.dtype(mask) == "bool":
+            keep = c.key(mask)
+        elif c.dtype(mask).startswith(("float", "bfloat")):
+            added = c.key(mask)
+        else:
+            raise c.unsupported(node, f"an attn_mask of dtype {c.dtype(mask)}")
         mask = None
     if mask is not None:
         if getattr(mask, "name", None) not in c.folded:
@@ -746,22 +779,56 @@ def _sdpa(c: Capture, node: Any) -> None:
         )
         if added is not None:
             scores = _add_mask(c, node, scores, added, [*batch, lq, sk])
+        if keep is not None:
+            keep, bias = _bool_mask(c, node, keep, c.dtype(node.args[0]))
+            scores = _add_mask(c, node, scores, bias, [*batch, lq, sk])
         if causal:
             scores = c.op(node, L.CausalMask(Q, X), [scores])
         weights = c.op(node, L.Softmax(X), [scores])
-        c.op(node, L.Einsum(((Q, X), (X, V)), (Q, V)), [weights, v])
+        out = c.op(node, L.Einsum(((Q, X), (X, V)), (Q, V)), [weights, v])
+        if keep is not None:  # a query no key takes part for gets zeros, as torch's
+            c.dims[out] = [*batch, lq, ev]
+            kdims = c.dims[keep]
+            taken = keep
+            if kdims and kdims[-1] is not None:
+                taken = c.op(node, L.Reduce("max", (c.axis(kdims[-1]),), name="any_key"), [keep])
+                c.dims[taken] = kdims[:-1]
+            c.op(node, L.Binary("mul", name="masked_rows"), [out, taken])
         if splits:
             _import_llama.merge_groups(c, node, splits, [*dq[:-2], lq, ev])
     if not splits:
         c.set(node, [*batch, lq, ev])
 
 
+def _bool_mask(c: Capture, node: Any, keep: str, fmt: str) -> tuple[str, str]:
+    """A bool ``attn_mask`` as (1.0 where a key takes part, the additive mask): ``(keep - 1)``
+    times float32's largest value, 0 or its lowest (finite: no 0 * inf), as HF's extended masks."""
+    dims = c.dims[keep]
+    steps = (
+        L.Cast(fmt, name="keep"),
+        L.Scalar("sub", 1.0, name="dropped"),
+        L.Scalar("mul", 3.4028234663852886e38, name="bias"),
+    )
+    out = []
+    for op in steps:
+        keep = c.op(node, op, [keep])
+        c.dims[keep] = list(dims)
+        out.append(keep)
+    return out[0], out[-1]
+
+
 def _add_mask(c: Capture, node: Any, scores: str, mask: str, dims: list[Any]) -> str:
     """``scores + mask`` inside attention, the mask's dims aligned to the scores' ``dims``
-    (right-aligned; its broadcast dims broadcast)."""
+    (right-aligned; its broadcast dims broadcast). A mask built from the queries' own tokens
+    (its key dim the query axis) is read over the keys' renamed copy."""
     mdims = c.dims[mask]
     if len(mdims) > len(dims) or any(isinstance(d, tuple) for d in mdims):
         raise c.unsupported(node, "an attn_mask of more dims than the scores")
+    lq, sk = dims[-2], dims[-1]
+    last = mdims[-1] if mdims else None
+    if last is not None and not c.axes.same(last, sk) and c.axes.same(last, lq):
+        mask = c.rename(node, mask, last, sk)
+        mdims = c.dims[mask]
     for d, v in zip(reversed(mdims), reversed(dims), strict=False):
         if d is None:
             continue

@@ -85,6 +85,15 @@ BINARY_C: dict[str, B] = {
 }
 
 
+def _comparison(c: str) -> B:
+    """1.0 where ``a c b`` holds, else 0.0 (C's comparisons are IEEE's: NaN compares false,
+    but unequal)."""
+    return lambda g, a, b: ir.Select(a.cmp(c, b), g.lit(1.0), g.lit(0.0))
+
+
+BINARY_C.update({fn: _comparison(c) for fn, c in L.COMPARISONS.items()})
+
+
 def _ins(gen: KernelGen, node: Node, index: Index, k: int = 0) -> Expr:
     return gen.load(node.inputs[k], index)
 

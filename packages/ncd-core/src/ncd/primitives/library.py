@@ -27,6 +27,7 @@ from ncd.op import (
 
 __all__ = [
     "BINARY_FNS",
+    "COMPARISONS",
     "REDUCE_FNS",
     "UNARY_FNS",
     "Binary",
@@ -70,7 +71,10 @@ UNARY_FNS = (
     "atan",
     "asinh",
 )
-BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow")
+BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow", "lt", "le", "gt", "ge", "eq", "ne")
+#: the comparisons of ``BINARY_FNS``: 1.0 where ``a op b`` holds, else 0.0, in the operands'
+#: float format (IEEE: any comparison with NaN is false but ``ne``); no gradient
+COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 REDUCE_FNS = ("sum", "max", "mean", "min")
 
 
