@@ -23,6 +23,7 @@ from ncd.errors import ScheduleError
 from ncd.fusion import axis_labels, groupable_axes
 from ncd.graph import Graph
 from ncd.kernel import Kernel
+from ncd.primitives import indexing as X
 from ncd.primitives import library as L
 from ncd.primitives import routing as R
 from ncd.streaming import REDUCING, analyse_stream, is_rename, role
@@ -36,6 +37,17 @@ ACCUMULATOR_STATE = {"online_softmax": 2, "l2": 1}
 def _gathered(node: Any, axes: tuple[Axis, ...]) -> tuple[Axis, ...]:
     # a lookup reads one table row per id, not the whole table
     return (*node.loop, *node.op.out_axes)
+
+
+def _read_axes(graph: Any, nodes: Any, v: int) -> tuple[Axis, ...]:
+    """The axes of what a kernel reads of its input ``v``: all of it, but a table that only
+    gathers read (``Gather``'s second input), which reads one row per id."""
+    readers = [graph.nodes[i] for i in nodes if v in graph.nodes[i].inputs]
+    if len(readers) == 1 and isinstance(readers[0].op, X.Gather):
+        ids, table = readers[0].inputs
+        if table == v != ids:
+            return tuple(readers[0].loop)
+    return tuple(graph.values[v].axes)
 
 
 #: op class -> (node, parameter axes) -> the axes of what the op actually reads of it.
@@ -163,7 +175,7 @@ class KernelFormulas:
         self.split = 1
         for v in k.inputs:
             t = graph.values[v]
-            entries.append((t.axes, self._bytes(t.dtype), "in"))
+            entries.append((_read_axes(graph, k.nodes, v), self._bytes(t.dtype), "in"))
         for i in k.nodes:
             n = graph.nodes[i]
             access = PARAM_ACCESS.get(type(n.op))
