@@ -71,6 +71,22 @@ def test_nn_bert_agrees_with_hf_bert_on_its_weights(impl: str) -> None:
             np.testing.assert_allclose(exe(*arrays, params=params), want, atol=TOL)
 
 
+def test_nn_bert_pooler_is_hf_pooler_output() -> None:
+    model = ncd.nn.bert(layers=2, heads=4, pooler=True).bind(**SIZES).over(ncd.Axis("batch"))
+    cfg = _hf("eager").config
+    torch.manual_seed(0)
+    hf = T.BertModel(cfg, add_pooling_layer=True).eval()
+    module = ncd_torch.to_module(model)
+    assert set(module.state_dict()) == set(hf.state_dict())
+    params = ncd_torch.load_state_dict(model, hf.state_dict())
+    ids, types, mask = _batch(7)
+    with torch.no_grad():
+        want = hf(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    hidden, pooled = ncd.run(model, ids.numpy(), types.numpy(), mask.numpy(), params=params)
+    np.testing.assert_allclose(hidden, want.last_hidden_state.numpy(), atol=TOL)
+    np.testing.assert_allclose(pooled, want.pooler_output.numpy(), atol=TOL)
+
+
 def test_nn_bert_refuses_a_length_past_its_position_table() -> None:
     model = ncd.nn.bert(layers=1, heads=4).bind(**SIZES)
     params = ncd.init(model, seed=0)

@@ -113,14 +113,16 @@ def bert(
     block: object = "block",
     types: object = "types",
     eps: float = 1e-12,
+    pooler: bool = False,
 ) -> Term:
-    """A BERT encoder (HF's ``BertModel`` without its pooler): the sum of word, position and
-    token-type embeddings under a LayerNorm, then ``layers`` post-norm bidirectional layers.
-    Inputs: token ids ``[seq]``, token types ``[seq]`` (ids below ``|types|``) and the
-    attention mask ``[seq]`` (1 for a token, 0 for padding; ints or floats); output: the last
-    hidden state ``[seq d_model]``. The position table is ``[block d_model]``
-    (``max_position_embeddings``), its first ``|seq|`` rows read, so any length up to it
-    runs."""
+    """A BERT encoder (HF's ``BertModel``): the sum of word, position and token-type
+    embeddings under a LayerNorm, then ``layers`` post-norm bidirectional layers. Inputs: token
+    ids ``[seq]``, token types ``[seq]`` (ids below ``|types|``) and the attention mask
+    ``[seq]`` (1 for a token, 0 for padding, int64); output: the last hidden state ``[seq
+    d_model]``, and with ``pooler`` also HF's ``pooler_output`` ``[d_model]``
+    (``tanh(pooler.dense(h[0]))``, the first token's state). The position table is ``[block
+    d_model]`` (``max_position_embeddings``), its first ``|seq|`` rows read, so any length up
+    to it runs."""
     from ncd.nn import _count
 
     _count("bert: layers", layers, 0)
@@ -149,9 +151,17 @@ def bert(
             x = layer(x, keep)
         return x
 
+    first = Axis("first", size=1)
+
+    @trace(inputs=[ArrayType((s, dm))], name="bert_pooler", label="pooler")
+    def pool(h: Tensor) -> Tensor:
+        cls = ops.sum(first)(ops.slice(s, first, name="first_token")(h))
+        return ops.unary("tanh")(ops.linear(dm, dm, name="dense")(cls))  # type: ignore[no-any-return]
+
     @trace(inputs=[ids, ids, ArrayType((s,), "int64")], name="bert", label="bert")
-    def model(tokens: Tensor, token_types: Tensor, mask: Tensor) -> Tensor:
+    def model(tokens: Tensor, token_types: Tensor, mask: Tensor) -> Tensor | tuple[Tensor, ...]:
         keep = ops.rename(s, key)(ops.cast("float32")(mask))
-        return encoder(embeddings(tokens, token_types), keep)  # type: ignore[no-any-return]
+        hidden = encoder(embeddings(tokens, token_types), keep)
+        return (hidden, pool(hidden)) if pooler else hidden
 
     return model
