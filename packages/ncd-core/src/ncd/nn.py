@@ -33,6 +33,8 @@ __all__ = [
     "cross_entropy",
     "gpt",
     "gqa_attention",
+    "kl_div",
+    "l1",
     "layernorm",
     "llama",
     "llama_block",
@@ -419,24 +421,68 @@ def nll(vocab: AxisArg = "vocab", *, label: str = "loss") -> Term:
     return _Typed(2, make)
 
 
-def mse(*, label: str = "loss") -> Term:
-    """Mean squared error of a prediction against a target of the same axes (mean over all)."""
+def _pointwise_loss(
+    what: str,
+    label: str,
+    fn: Callable[[Tensor, Tensor], Tensor],
+    reduce: Callable[[Tensor, ArrayType], Tensor] | None = None,
+) -> Term:
+    """A loss of a prediction against a target of the same axes: ``fn`` per element, then
+    ``reduce`` (by default the mean over every axis)."""
 
     def make(types: Sequence[ArrayType | None]) -> Term:
         pred = types[0] or types[1]
         if pred is None:
             raise DefinitionError(
-                "mse: neither input has a type yet. Fix: compose it after a model "
-                "(model >> nn.mse()) or trace it with typed inputs."
+                f"{what}: neither input has a type yet. Fix: compose it after a model "
+                f"(model >> nn.{what}()) or trace it with typed inputs."
             )
 
-        @trace(inputs=[pred, pred], name="mse", label=label)
+        @trace(inputs=[pred, pred], name=what, label=label)
         def body(y: Tensor, target: Tensor) -> Tensor:
-            return _mean_over(ops.unary("square")(y - target), pred.axes)
+            per = fn(y, target)
+            return reduce(per, pred) if reduce is not None else _mean_over(per, pred.axes)
 
         return body
 
     return _Typed(2, make)
+
+
+def mse(*, label: str = "loss") -> Term:
+    """Mean squared error of a prediction against a target of the same axes (mean over all)."""
+    return _pointwise_loss("mse", label, lambda y, t: ops.unary("square")(y - t))
+
+
+def l1(*, label: str = "loss") -> Term:
+    """Mean absolute error of a prediction against a target of the same axes (torch's
+    ``l1_loss``, mean over all; its gradient at a tie is 0)."""
+    return _pointwise_loss("l1", label, lambda y, t: ops.unary("abs")(y - t))
+
+
+def kl_div(*, reduction: str = "batchmean", label: str = "loss") -> Term:
+    """KL divergence of log-probabilities ``[... classes]`` (the first input) from target
+    probabilities of the same axes, as torch's ``kl_div(input, target, reduction=...)``:
+    ``target * (log(target) - input)`` per element, 0 where the target is 0. ``reduction``:
+    ``"batchmean"`` (the divergence: summed over the last axis, averaged over the others),
+    ``"mean"`` (averaged over every element, torch's default) or ``"sum"``."""
+    if reduction not in ("batchmean", "mean", "sum"):
+        raise DefinitionError(
+            f"kl_div: unknown reduction {show(reduction)}. Fix: pass 'batchmean', 'mean' or 'sum'."
+        )
+
+    def term(logp: Tensor, target: Tensor) -> Tensor:
+        # 0 * log 0 is 0: the log reads max(target, 1e-30) and the product keeps the 0
+        safe = ops.unary("log")(ops.maximum(1e-30)(target))
+        return target * (safe - logp)  # type: ignore[no-any-return]
+
+    def reduce(per: Tensor, t: ArrayType) -> Tensor:
+        if reduction == "sum" or (reduction == "batchmean" and len(t.axes) < 2):
+            return ops.sum(t.axes)(per) if t.axes else per
+        if reduction == "mean":
+            return _mean_over(per, t.axes)
+        return _mean_over(ops.sum(t.axes[-1])(per), t.axes[:-1])
+
+    return _pointwise_loss("kl_div", label, term, reduce)
 
 
 import ncd.primitives.routing  # noqa: E402, F401  (registers the routing ops at import)
