@@ -250,3 +250,29 @@ def test_a_bool_attn_mask_computed_from_the_inputs(n: int) -> None:
     imported = _check(BoolMask(), x)
     got = ncd.run(imported.model, x.numpy(), params=imported.params)
     assert np.all(got[0] == 0.0) and np.isfinite(got).all()
+
+
+class ChunkOfLength(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = x.chunk(2, dim=1)
+        return a.sum(1) * 2.0 + b.sum(1)
+
+
+class ClampedTail(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, -10:].sum(1)  # all 8 positions of the example, the last 10 of a longer one
+
+
+@pytest.mark.parametrize("module", [ChunkOfLength, ClampedTail])
+def test_a_size_that_depends_on_the_length_keeps_it_bound(module: type[nn.Module]) -> None:
+    """A chunk of the length (its size follows the length, no input carries it) and a slice
+    clamped at the example's length would be wrong or unrunnable at another length: the
+    length stays bound (a typed error at another one), the batch free."""
+    m = module()
+    imported = _check(m, torch.randn(2, 8, 4))
+    assert [v.label for v in imported.model.config().free] == ["batch"]
+    x = torch.randn(5, 8, 4)
+    got = ncd.run(imported.model, x.numpy(), params=imported.params)
+    np.testing.assert_allclose(got, m(x).numpy(), rtol=TOL, atol=TOL)
+    with pytest.raises(ncd.SizeError, match=r"seq.*has size 8, got 13"):
+        ncd.run(imported.model, torch.randn(5, 13, 4).numpy(), params=imported.params)

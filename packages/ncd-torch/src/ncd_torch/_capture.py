@@ -104,6 +104,9 @@ class Capture(ViewsMixin):
         self._count = 0
         self._pending: list[str] = []
         self.done: set[str] = set()
+        #: axis variables whose size the graph depends on beyond what it records (a slice
+        #: clamped to this length): ``from_torch`` keeps their sizes bound
+        self.pinned: set[int] = set()
         self.outputs: list[str] = []
         # fx node name -> tensor computed from buffers and constants alone (a causal mask made
         # from a registered tril buffer); rules read these values, nothing is recorded for them

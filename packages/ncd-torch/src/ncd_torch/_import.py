@@ -274,33 +274,47 @@ def _shape_free(graph: Any) -> dict[str, Any]:
 def _free(module: Any, inputs: tuple[Any, ...], c: Capture, model: Any) -> Any:
     """``model`` with the size classes free that differ between this capture and one at
     another batch and length (same graph otherwise) and that no parameter fixes; when the
-    module does not import to the same graph at another length (a reshape that folds it), at
-    another batch alone."""
+    module does not import to the same graph at another length (a reshape that folds it), or
+    a size would follow the length that no input carries (a chunk of it), at another batch
+    alone."""
     if len(c.user_inputs) != len(inputs):
         return model
+    graph = model.graph
+    fixed = {a.uid for n in graph.nodes for p in n.op.params() for a in p.axes}
+    fixed |= {c.axes.axis(v).uid for v in c.pinned}
     for labels in (("batch", "seq", "seq_k"), ("batch",)):
         other = _other_inputs(c, inputs, labels)
         second = _second(module, other) if other is not None else None
-        if second is not None and _shape_free(second.graph) == _shape_free(model.graph):
-            break
-    else:
-        return model
-    sizes = {a.uid: b.size for a, b in zip(model.graph.axes, second.graph.axes, strict=True)}
-    fixed = {a.uid for n in model.graph.nodes for p in n.op.params() for a in p.axes}
-    uids = set()
-    for var in model.config().bound:
-        members = {a.uid for a in var.axes}
-        if all(sizes[u] != var.size for u in members) and not members & fixed:
-            uids |= members
-    if not uids:
-        return model
-    c.axes.free(uids)
-    try:
-        freed = _rebuild(c, type(module).__name__)
-        freed.config()
-    except NcdError:
-        return model
-    return freed
+        if second is None or _shape_free(second.graph) != _shape_free(graph):
+            continue
+        sizes = {a.uid: b.size for a, b in zip(graph.axes, second.graph.axes, strict=True)}
+        uids: set[str] = set()
+        for var in model.config().bound:
+            members = {a.uid for a in var.axes}
+            if all(sizes[u] != var.size for u in members) and not members & fixed:
+                uids |= members
+        if not uids:
+            continue
+        replaced = c.axes.free(uids)
+        try:
+            freed = _rebuild(c, type(module).__name__)
+            if _runs_on(freed, inputs):
+                return freed
+        except NcdError:
+            pass
+        c.axes.restore(replaced)
+    return model
+
+
+def _runs_on(model: Any, inputs: tuple[Any, ...]) -> bool:
+    """Every free size of ``model`` follows from the shapes of ``inputs``."""
+    graph = model.graph
+    sizes: dict[Any, int] = {}
+    for v, x in zip(graph.inputs, inputs, strict=True):
+        for a, n in zip(graph.values[v].axes, x.shape, strict=True):
+            if graph.size(a) is None:
+                sizes[a] = int(n)
+    return not graph.bind(sizes).config().free
 
 
 def _second(module: Any, inputs: tuple[Any, ...]) -> Any:

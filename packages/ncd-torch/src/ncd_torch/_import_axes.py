@@ -104,11 +104,18 @@ class AxisTable:
             if root not in self._axes:
                 self._axes[root] = Axis(self.name(root), size=self.size[root])
 
-    def free(self, uids: set[str]) -> None:
-        """Make the final axes with these uids free (size ``None``), keeping their names."""
+    def free(self, uids: set[str]) -> dict[int, Axis]:
+        """Make the final axes with these uids free (size ``None``), keeping their names;
+        returns the axes replaced (``restore`` puts them back)."""
+        replaced = {}
         for root, a in list(self._axes.items()):
             if a.uid in uids:
+                replaced[root] = a
                 self._axes[root] = Axis(a.name, size=None)
+        return replaced
+
+    def restore(self, replaced: dict[int, Axis]) -> None:
+        self._axes.update(replaced)
 
     def axis(self, v: int) -> Axis:
         return self._axes[self.find(v)]

@@ -46,13 +46,18 @@ def _slice(c: Capture, node: Any) -> None:
         raise c.unsupported(node, "slicing a size-1 broadcast dim")
     n = c.axes.size[src]
     lo, hi, _ = slice(start, end).indices(n)
+    open_end = end is None or end >= 2**62  # x[a:] (torch writes sys.maxsize)
+    if (start is not None and not -n <= start <= n) or (
+        not open_end and not -n <= end <= n
+    ):  # clamped to this length (x[:, -10:] of 8 positions reads all 8, of 13 the last 10)
+        c.pinned.add(src)
     if (lo, hi) == (0, n):
         c.alias(node, x)
         return
     if hi <= lo:
         raise c.unsupported(node, "an empty slice")
     # x[..., -k:] and x[..., -k:-j] count from the end: the same elements at every length
-    tail = start is not None and start < 0 and (end is None or end < 0 or end >= n)
+    tail = start is not None and -n <= start < 0 and (open_end or -n <= end < 0)
     out = c.axes.new(hi - lo, f"{c.axes.name(src)}_{f'end{n - lo}' if tail else lo}", 0.3)
     op = L.Slice(c.axis(src), c.axis(out), n - hi if tail else lo, tail)
     c.op(node, op, [x], extra=[out])
