@@ -276,3 +276,26 @@ def test_a_size_that_depends_on_the_length_keeps_it_bound(module: type[nn.Module
     np.testing.assert_allclose(got, m(x).numpy(), rtol=TOL, atol=TOL)
     with pytest.raises(ncd.SizeError, match=r"seq.*has size 8, got 13"):
         ncd.run(imported.model, torch.randn(5, 13, 4).numpy(), params=imported.params)
+
+
+class Interleaved(nn.Module):
+    """GPT-J's interleaved rotation of pairs: ``stack((-x2, x1), -1).flatten(-2)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x[..., :4], x[..., 4:]
+        return torch.stack((-x2, x1), dim=-1).flatten(-2) * 2.0
+
+
+class StackMiddle(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([x, torch.tanh(x), x * 3.0], dim=1).sum(-1)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("module", [Interleaved, StackMiddle])
+def test_stack_along_a_new_dim(module: type[nn.Module]) -> None:
+    imported = _check(module(), _x(7))
+    assert [v.label for v in imported.model.config().free] == ["batch", "seq"]
+    x = _x(13)
+    got = ncd.run(imported.model, x.numpy(), params=imported.params)
+    np.testing.assert_allclose(got, module()(x).numpy(), rtol=TOL, atol=TOL)

@@ -43,7 +43,8 @@ ADVICE: dict[str, str] = {
     "aten.rnn_*": "recurrent layers are not supported yet (ncd has no loop over time)",
     "aten.cat": "concatenation imports for activations along one dim (ops.concat); a constant "
     "operand other than a uniform one does not",
-    "aten.stack": "stacking along a new axis is not supported yet (a core op of issue 12)",
+    "aten.stack": "stack imports for tensors of one rank along a new dim (ops.concat of "
+    "one-wide axes)",
     "aten.slice": "slices of activations import with step 1 along one dim (ops.slice); slices of "
     "buffers and constants are evaluated at import",
     "aten.select": "x[:, i] imports for a constant i along one dim (a one-wide ops.slice)",

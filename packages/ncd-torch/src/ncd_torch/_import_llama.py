@@ -94,6 +94,36 @@ def _cat(c: Capture, node: Any) -> None:
     c.set(node, [*rest[:dim], out, *rest[dim:]], recorded=True)
 
 
+@import_rule("aten.stack")
+def _stack(c: Capture, node: Any) -> None:
+    """``torch.stack(xs, dim)``: each operand given a one-wide axis of its own (a product with
+    a constant 1 over it, fused away), then joined along the new dim by an ``ops.concat``."""
+    parts = list(node.args[0])
+    if not all(c.is_tensor(p) for p in parts):
+        raise c.unsupported(node, "a non-tensor operand")
+    rank = len(c.shape(node))
+    dim = int(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % rank
+    keys, ones = [], []
+    for k, p in enumerate(parts):
+        key = c.plain(p)
+        if len(c.dims[key]) != rank - 1:
+            raise c.unsupported(node, "operands of different ranks")
+        one = c.axes.new(1, f"stacked_{k}", 0.1)
+        unit = c.op(node, L.Constant(1.0, (c.axis(one),), name="unit"), [], extra=[one])
+        c.dims[unit] = [one]
+        dims = list(c.dims[key])
+        k_out = c.op(node, L.Binary("mul", name="lift"), [key, unit])
+        c.dims[k_out] = [*dims[:dim], one, *dims[dim:]]
+        keys.append(k_out)
+        ones.append(one)
+    rest = [d for i, d in enumerate(c.dims[keys[0]]) if i != dim]
+    for key in keys[1:]:
+        rest = c.broadcast(node, rest, [d for i, d in enumerate(c.dims[key]) if i != dim])
+    out = c.axes.new(len(parts), "stacked", 0.3)
+    c.op(node, L.Concat(tuple(c.axis(v) for v in ones), c.axis(out)), keys, extra=[out])
+    c.set(node, [*rest[:dim], out, *rest[dim:]], recorded=True)
+
+
 # -- rotary embeddings ------------------------------------------------------------------------
 def _slice_of(c: Capture, node: Any, x: Any, lo: int, hi: int) -> bool:
     """``node`` is ``x[..., lo:hi]`` along the last dim."""
