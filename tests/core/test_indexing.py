@@ -217,3 +217,29 @@ def test_comparisons_have_no_gradient() -> None:
     _, grads = ncd.run(ncd.grad(model, wrt="inputs"), RNG.standard_normal(7), np.zeros(7))
     for g in grads:
         np.testing.assert_array_equal(g, np.zeros(7))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_pad_is_numpy_constant_pad(n: int) -> None:
+    x = _nonfinite((3, n))
+    model = ops.pad(_a("l", n), "lp", before=2, after=3, value=-1.5).over(_a("r", 3))
+    want = np.pad(x, ((0, 0), (2, 3)), constant_values=-1.5)
+    np.testing.assert_array_equal(ncd.run(model, x), want)
+    free = ops.pad(ncd.Axis("l"), "lp", after=1, value=-np.inf).over(_a("r", 3))
+    np.testing.assert_array_equal(
+        ncd.run(free, x), np.pad(x, ((0, 0), (0, 1)), constant_values=-np.inf)
+    )
+
+
+def test_pad_gradient_is_the_interior_of_the_cotangent() -> None:
+    model = ops.pad(_a("l", 7), "lp", before=1, after=2) >> ops.square() >> ops.sum("lp")
+    x = RNG.standard_normal(7)
+    _, (g,) = ncd.run(ncd.grad(model, wrt="inputs"), x)
+    np.testing.assert_allclose(g, 2.0 * x)
+
+
+def test_pad_refuses_a_crop() -> None:
+    with pytest.raises(
+        ncd.DefinitionError, match=r"before must be a count of elements >= 0.*slice"
+    ):
+        ops.pad("l", "lp", before=-1)

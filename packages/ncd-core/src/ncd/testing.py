@@ -338,6 +338,11 @@ def _indexing_cases() -> list[Case]:
         Case("gather_along_11", functools.partial(along, 7, 13, 11), int_inputs=(0,)),
         Case("arange_7x13", functools.partial(ramp, 7, 13)),
         Case("arange_1x1", functools.partial(ramp, 1, 1)),
+        Case(
+            "pad_13_2_3",
+            lambda: ops.pad(_a("l", 13), "lp", before=2, after=3, value=-1.5).over(_a("r", 7)),
+        ),
+        Case("pad_1_0_1", lambda: ops.pad(_a("l", 1), "lp", after=1).over(_a("r", 1))),
     ]
 
 

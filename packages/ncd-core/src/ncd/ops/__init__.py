@@ -106,6 +106,7 @@ __all__ = [
     "minimum",
     "mul",
     "neg",
+    "pad",
     "pow",
     "prim",
     "rearrange",
@@ -595,6 +596,33 @@ def window(
     return prim(
         Window(a, o, j, stride, padding, dilation, fill, upsample, extra, reverse, name=name)
     )
+
+
+def pad(
+    axis: AxisLike,
+    out: AxisLike,
+    *,
+    before: int = 0,
+    after: int = 0,
+    value: float = 0.0,
+    name: str = "",
+    **axes: AxisLike | int,
+) -> Term:
+    """``x`` along ``axis`` with ``before`` and ``after`` elements of ``value`` (a number or
+    +-inf) at its ends, as the new axis ``out`` (``|out| = |axis| + before + after``): torch's
+    constant ``F.pad`` of one dim, ``ops.pad("l", "l_pad", before=1, after=2)``. A window of
+    one offset read in place (no copy before its reader), the offset summed away."""
+    for what, v in (("before", before), ("after", after)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise DefinitionError(
+                f"pad: {what} must be a count of elements >= 0, got {show(v)}. Fix: pass an "
+                "int; cut elements off with ops.slice."
+            )
+    n = _Names(axes)
+    a, o = n.axis(axis), n.axis(out)
+    tap = Axis(f"{a.name}_pad_tap", size=1)
+    spread = prim(Window(a, o, tap, 1, before, 1, value, 1, after - before, False, name=name))
+    return spread >> reduce("sum", tap, name=f"{name}_tap" if name else "")
 
 
 def batch_norm(
