@@ -36,6 +36,7 @@ FRONT_END = {
     "ops/__init__.py",
     "conv.py",  # nn.conv1d/conv2d and pooling built from windows and einsums
     "_llama.py",  # nn.llama and its blocks
+    "_bert.py",  # nn.bert and its layers
     "training.py",  # char_gpt builds the model it trains
 }
 TERM_MODULES = {"ncd._term", "ncd.ops", "ncd._trace", "ncd.nn"}

@@ -41,6 +41,18 @@ NUMPY_BINARY = {
     "max": "np.maximum({}, {})",
     "min": "np.minimum({}, {})",
     "pow": "{} ** {}",
+    # comparisons: 1.0 / 0.0 in the operands' float type, as ncd's
+    **{
+        fn: f"np.{name}({{0}}, {{1}}).astype(np.result_type({{0}}, {{1}}))"
+        for fn, name in (
+            ("lt", "less"),
+            ("le", "less_equal"),
+            ("gt", "greater"),
+            ("ge", "greater_equal"),
+            ("eq", "equal"),
+            ("ne", "not_equal"),
+        )
+    },
 }
 
 
