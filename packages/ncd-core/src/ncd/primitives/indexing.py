@@ -214,9 +214,9 @@ class Gather(Op):
     by name as any elementwise op's do (the ids' first), so ``ids [batch seq]`` into ``table
     [vocab d_model]`` gives rows ``[batch seq d_model]`` (an embedding of a value: a tied
     table), and ``targets [batch seq]`` into ``logits [batch seq vocab]`` gives ``[batch seq]``
-    (``take_along_axis``). Ids outside ``[0,
-    |axis|)`` are refused (``IndexRangeError``) on a model input before anything runs and by the
-    reference; a kernel clamps them, so no id reads outside the table."""
+    (``take_along_axis``). Ids outside ``[0, |axis|)`` are refused (``IndexRangeError``) on a
+    model input before anything runs and by the reference; a kernel clamps them, so no id
+    reads outside the table."""
 
     kind: ClassVar[str] = "gather"
     category: ClassVar[str] = "other"
