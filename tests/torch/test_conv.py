@@ -321,3 +321,66 @@ def test_padding_same_is_refused_by_name() -> None:
     module = nn.Sequential(nn.Conv1d(3, 4, 3, padding="same")).eval()
     with pytest.raises(ncd.NcdError, match="padding='same'"):
         from_torch(module, (torch.randn(2, 3, 7),))
+
+
+@pytest.mark.parametrize("groups, c, spatial", [(3, 6, (5, 7)), (1, 4, (13,)), (7, 7, (1, 13))])
+def test_group_and_instance_norm_match_torch(groups: int, c: int, spatial: tuple[int, ...]) -> None:
+    """``nn.group_norm`` against ``torch.nn.GroupNorm`` (weights loaded by torch's names) and
+    ``nn.instance_norm`` against ``InstanceNorm{1,2}d``, float64, with a NaN in one group."""
+    ch = ncd.Axis("c", size=c)
+    over = tuple(ncd.Axis(f"s{i}", size=n) for i, n in enumerate(spatial))
+    torch.manual_seed(c)
+    x = torch.randn(2, c, *spatial, dtype=torch.float64)
+    x[0, 0].view(-1)[0] = float("nan")  # its group is NaN, the others are not
+    gn = nn.GroupNorm(groups, c).double()
+    with torch.no_grad():
+        gn.weight.normal_()
+        gn.bias.normal_()
+    model = ncd.nn.group_norm(groups, ch, over).over(N)
+    params = {f"gn.{k}": v.detach().numpy() for k, v in gn.state_dict().items()}
+    with torch.no_grad():
+        want = gn(x).numpy()
+    np.testing.assert_allclose(
+        ncd.run(model, x.numpy(), params=params), want, rtol=1e-12, atol=1e-12
+    )
+    inorm = (nn.InstanceNorm1d if len(spatial) == 1 else nn.InstanceNorm2d)(c).double()
+    with torch.no_grad():
+        want = inorm(x).numpy()
+    got = ncd.run(ncd.nn.instance_norm(ch, over).over(N), x.numpy())
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_group_norm_refuses_groups_that_do_not_divide() -> None:
+    with pytest.raises(ncd.DefinitionError, match=r"does not split into 4 groups.*Fix"):
+        ncd.nn.group_norm(4, ncd.Axis("c", size=6))
+
+
+@pytest.mark.parametrize(
+    "make, shape",
+    [
+        (lambda: nn.Sequential(nn.Conv2d(4, 6, 3), nn.GroupNorm(3, 6), nn.ReLU()), (2, 4, 9, 11)),
+        (lambda: nn.Sequential(nn.Conv1d(4, 6, 3), nn.InstanceNorm1d(6, affine=True)), (2, 4, 13)),
+        (lambda: nn.Sequential(nn.Conv2d(4, 6, 3), nn.InstanceNorm2d(6)), (2, 4, 7, 7)),
+    ],
+)
+def test_group_and_instance_norm_import(make: Any, shape: tuple[int, ...]) -> None:
+    torch.manual_seed(5)
+    module = make().eval()
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.GroupNorm | nn.InstanceNorm1d) and m.affine:
+                m.weight.normal_()
+                m.bias.normal_()
+    x = torch.randn(*shape)
+    imported = from_torch(module, (x,))
+    with torch.no_grad():
+        want = module(x).numpy()
+    got = ncd.run(imported.model, x.numpy(), params=imported.params)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    back = imported.to_module()
+    back.load_state_dict(module.state_dict())
+    with torch.no_grad():
+        np.testing.assert_allclose(back(x).numpy(), want, atol=1e-5)
+    if importlib.util.find_spec("ncd_opencl") is not None:
+        exe = ncd.compile(imported.model, "opencl")
+        np.testing.assert_allclose(exe(x.numpy(), params=imported.params), want, atol=1e-5)

@@ -26,6 +26,8 @@ __all__ = [
     "conv2d",
     "conv3d",
     "conv_transpose1d",
+    "group_norm",
+    "instance_norm",
     "max_pool1d",
     "max_pool2d",
 ]
@@ -429,3 +431,64 @@ def batch_norm(channels: Axis, *, eps: float = 1e-5, affine: bool = True, name: 
             "Fix: c = ncd.Axis('c_out', size=16); conv2d(3, c) >> batch_norm(c)."
         )
     return ops.batch_norm(channels, eps=eps, affine=affine, name=name)
+
+
+def group_norm(
+    groups: int,
+    channels: Axis,
+    over: Sequence[Axis] = (),
+    *,
+    eps: float = 1e-5,
+    affine: bool = True,
+    name: str = "gn",
+) -> Term:
+    """``torch.nn.GroupNorm``: the ``channels`` split into ``groups`` of ``|channels| /
+    groups``, each group normalised over its channels and the axes ``over`` (the spatial ones,
+    ``[channels, *over]`` as torch's ``[C, H, W]``; biased variance, ``eps`` inside the root),
+    then a per-channel ``{name}.weight`` and ``{name}.bias`` when ``affine``."""
+    if not isinstance(channels, Axis) or not isinstance(channels.size, int):
+        raise DefinitionError(
+            f"group_norm: channels must be a sized Axis, got {show(channels)}. Fix: pass the "
+            "Axis the layer before produces, e.g. c = ncd.Axis('c', size=16)."
+        )
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise DefinitionError(f"group_norm: groups must be an int >= 1, got {show(groups)}.")
+    if channels.size % groups:
+        raise DefinitionError(
+            f"group_norm: {channels.describe()} does not split into {groups} groups. Fix: pass "
+            f"a number of groups that divides {channels.size}."
+        )
+    rest = tuple(over)
+    g = Axis(f"{channels.name}_groups", size=groups)
+    member = Axis(f"{channels.name}_in_group", size=channels.size // groups)
+    norm = ops.layernorm((member, *rest), eps=eps, affine=False)
+
+    @trace(inputs=[ArrayType((channels, *rest))], name="group_norm", label=name)
+    def body(x: Tensor) -> Tensor:
+        y = _merge((g, member), channels, rest)(norm(_split(channels, (g, member))(x)))
+        if affine:
+            weight = ops.prim(Parameter((channels,), "ones", param="weight", name=name))()
+            bias = ops.prim(Parameter((channels,), "zeros", param="bias", name=name))()
+            y = y * weight + bias
+        return y  # type: ignore[no-any-return]
+
+    return body
+
+
+def instance_norm(
+    channels: Axis,
+    over: Sequence[Axis] = (),
+    *,
+    eps: float = 1e-5,
+    affine: bool = False,
+    name: str = "instance_norm",
+) -> Term:
+    """``torch.nn.InstanceNorm1d/2d`` (no running statistics): each channel normalised over the
+    axes ``over``; torch's defaults (``affine=False``). A group norm with a group per channel."""
+    if not isinstance(channels, Axis) or not isinstance(channels.size, int):
+        raise DefinitionError(
+            f"instance_norm: channels must be a sized Axis, got {show(channels)}. Fix: pass the "
+            "Axis the layer before produces, e.g. c = ncd.Axis('c', size=16)."
+        )
+    return group_norm(channels.size, channels, over, eps=eps, affine=affine, name=name)
+

@@ -33,6 +33,8 @@ __all__ = [
     "cross_entropy",
     "gpt",
     "gqa_attention",
+    "group_norm",
+    "instance_norm",
     "kl_div",
     "l1",
     "layernorm",
@@ -496,6 +498,8 @@ from ncd.conv import (  # noqa: E402  (windows then an einsum; pooling a windowe
     conv2d,
     conv3d,
     conv_transpose1d,
+    group_norm,
+    instance_norm,
     max_pool1d,
     max_pool2d,
 )

@@ -334,6 +334,61 @@ def _batch_norm(c: Capture, node: Any) -> None:
     c.set(node, list(dims), recorded=True)
 
 
+@import_rule("aten.group_norm", "aten.instance_norm")
+def _group_norm(c: Capture, node: Any) -> None:
+    """``group_norm(x, groups, weight, bias, eps)`` and ``instance_norm`` without running
+    statistics (a group per channel): the channels split into groups (a window read in place),
+    a LayerNorm without affine over each group's channels and the spatial dims, the channels
+    joined back, then the per-channel weight and bias (``nn.group_norm``'s ops)."""
+    instance = c.aten(node) == "aten.instance_norm"
+    if instance:
+        x, weight, bias, mean, var = node.args[:5]
+        if mean is not None or var is not None or not _arg(node, 5, "use_input_stats", True):
+            raise c.unsupported(node, "instance norm with running statistics")
+        eps = float(_arg(node, 7, "eps", 1e-5))
+    else:
+        x = node.args[0]
+        weight, bias = _arg(node, 2, "weight", None), _arg(node, 3, "bias", None)
+        eps = float(_arg(node, 4, "eps", 1e-5))
+    key = c.plain(x)
+    dims = c.dims[key]
+    if len(dims) < 2 or not all(isinstance(d, int) for d in dims[1:]):
+        raise c.unsupported(node, "an input without a channel dim at dim 1 and its own dims after")
+    ch, rest = dims[1], dims[2:]
+    n = c.axes.size[ch]
+    groups = n if instance else int(node.args[1])
+    if n % groups:
+        raise c.unsupported(node, f"{n} channels in {groups} groups")
+    ax = c.axis
+    c.axes.hint(ch, "channels", 0.3)
+    g, member = c.axes.new(groups, "groups", 1), c.axes.new(n // groups, "c_in_group", 1)
+    leaf = c.leaf(node) or ("instance_norm" if instance else "gn")
+    y = c.op(node, L.Window(ax(ch), ax(g), ax(member), n // groups), [key], names=[])
+    c.dims[y] = [*dims[:1], g, member, *rest]
+    norm = L.LayerNorm((ax(member), *map(ax, rest)), eps, affine=False, name="norm")
+    y = c.op(node, norm, [y], names=[])
+    c.dims[y] = [*dims[:1], g, member, *rest]
+    parts = (ax(g), ax(member), *map(ax, rest))
+    merge = L.View(
+        parts,
+        (ax(ch), *map(ax, rest)),
+        tuple((a,) for a in parts),
+        ((ax(g), ax(member)), *((ax(r),) for r in rest)),
+    )
+    y = c.op(node, merge, [y], names=[])
+    c.dims[y] = list(dims)
+    for fn, arg, init in (("mul", weight, "ones"), ("add", bias, "zeros")):
+        if arg is None:
+            continue
+        pname = "weight" if fn == "mul" else "bias"
+        array = c.param(arg)
+        p = c.op(node, Parameter((ax(ch),), init, param=pname, name=leaf), [], {pname: array})
+        c.dims[p] = [ch]
+        y = c.op(node, L.Binary(fn), [y, p], names=[])
+        c.dims[y] = list(dims)
+    c.set(node, list(dims), recorded=True)
+
+
 @import_rule("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d", "aten.adaptive_avg_pool3d")
 def _adaptive_avg_pool(c: Capture, node: Any) -> None:
     """Adaptive average pooling to an output size that divides the input (a ResNet's global

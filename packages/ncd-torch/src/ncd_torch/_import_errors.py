@@ -36,8 +36,9 @@ ADVICE: dict[str, str] = {
     "module.eval() before from_torch); training-mode statistics are not supported yet",
     "aten._native_batch_norm_legit*": "batch norm imports in eval mode with running "
     "statistics: call module.eval() before from_torch",
-    "aten.group_norm": "group norm is not supported yet",
-    "aten.instance_norm": "instance norm is not supported yet",
+    "aten.group_norm": "group norm imports over [N, C, *spatial] with groups dividing C",
+    "aten.instance_norm": "instance norm imports without running statistics "
+    "(track_running_stats=False, torch's default)",
     "aten.lstm": "recurrent layers are not supported yet (ncd has no loop over time)",
     "aten.gru": "recurrent layers are not supported yet (ncd has no loop over time)",
     "aten.rnn_*": "recurrent layers are not supported yet (ncd has no loop over time)",
