@@ -384,3 +384,22 @@ def test_group_and_instance_norm_import(make: Any, shape: tuple[int, ...]) -> No
     if importlib.util.find_spec("ncd_opencl") is not None:
         exe = ncd.compile(imported.model, "opencl")
         np.testing.assert_allclose(exe(x.numpy(), params=imported.params), want, atol=1e-5)
+
+
+def test_group_norm_gradients_match_autograd() -> None:
+    c, h = ncd.Axis("c", size=6), ncd.Axis("h", size=5)
+    body = ncd.nn.group_norm(3, c, (h,)).over(ncd.Axis("n", size=2))
+    model = body >> ncd.ops.square() >> ncd.ops.sum(("n", "c", "h"))
+    assert set(ncd.init(model, seed=0)) == {"gn.weight", "gn.bias"}  # torch's names, composed
+    gn = nn.GroupNorm(3, 6).double()
+    with torch.no_grad():
+        gn.weight.normal_()
+        gn.bias.normal_()
+    x = torch.randn(2, 6, 5, dtype=torch.float64, requires_grad=True)
+    (gn(x) ** 2).sum().backward()
+    params = {f"gn.{k}": v.detach().numpy() for k, v in gn.state_dict().items()}
+    _, grads = ncd.run(ncd.grad(model), x.detach().numpy(), params=params)
+    np.testing.assert_allclose(grads["gn.weight"], gn.weight.grad.numpy(), atol=1e-12)  # type: ignore[union-attr]
+    np.testing.assert_allclose(grads["gn.bias"], gn.bias.grad.numpy(), atol=1e-12)  # type: ignore[union-attr]
+    _, (gx,) = ncd.run(ncd.grad(model, wrt="inputs"), x.detach().numpy(), params=params)
+    np.testing.assert_allclose(gx, x.grad.numpy(), atol=1e-12)  # type: ignore[union-attr]

@@ -463,7 +463,7 @@ def group_norm(
     member = Axis(f"{channels.name}_in_group", size=channels.size // groups)
     norm = ops.layernorm((member, *rest), eps=eps, affine=False)
 
-    @trace(inputs=[ArrayType((channels, *rest))], name="group_norm", label=name)
+    @trace(inputs=[ArrayType((channels, *rest))], name="group_norm", label="")
     def body(x: Tensor) -> Tensor:
         y = _merge((g, member), channels, rest)(norm(_split(channels, (g, member))(x)))
         if affine:
