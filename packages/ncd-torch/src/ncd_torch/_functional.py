@@ -60,33 +60,23 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, n: int, eps: float) ->
     return y if weight is None else y * weight
 
 
-def _truth(holds: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
-    """A comparison's bools as 1.0 / 0.0 in the operands' float dtype (ncd's comparisons)."""
-    return holds.to(torch.result_type(a, b))
+def _comparison(name: str, holds: Any) -> Any:
+    """A comparison as 1.0 / 0.0 in the operands' float dtype (ncd's comparisons), a named
+    module-level function the generated code calls."""
+
+    def compare(a: Any, b: Any) -> torch.Tensor:
+        return holds(a, b).to(torch.result_type(a, b))  # type: ignore[no-any-return]
+
+    compare.__name__ = compare.__qualname__ = name
+    return compare
 
 
-def lt(a: Any, b: Any) -> torch.Tensor:
-    return _truth(torch.lt(a, b), a, b)
-
-
-def le(a: Any, b: Any) -> torch.Tensor:
-    return _truth(torch.le(a, b), a, b)
-
-
-def gt(a: Any, b: Any) -> torch.Tensor:
-    return _truth(torch.gt(a, b), a, b)
-
-
-def ge(a: Any, b: Any) -> torch.Tensor:
-    return _truth(torch.ge(a, b), a, b)
-
-
-def eq(a: Any, b: Any) -> torch.Tensor:
-    return _truth(torch.eq(a, b), a, b)
-
-
-def ne(a: Any, b: Any) -> torch.Tensor:
-    return _truth(torch.ne(a, b), a, b)
+lt = _comparison("lt", torch.lt)
+le = _comparison("le", torch.le)
+gt = _comparison("gt", torch.gt)
+ge = _comparison("ge", torch.ge)
+eq = _comparison("eq", torch.eq)
+ne = _comparison("ne", torch.ne)
 
 
 def where(cond: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
