@@ -145,3 +145,18 @@ def test_opencl_draws_the_reference_mask_after_a_contraction_and_lifted() -> Non
     got = ncd.compile(model, "opencl")(x, params=params)
     np.testing.assert_array_equal(got == 0, want == 0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_gpt_dropout_is_the_identity_at_inference_and_random_in_training() -> None:
+    sizes = {"d_model": 16, "heads": 2, "d_head": 8, "d_ff": 32, "vocab": 11, "seq": 7}
+    plain, dropped = ncd.nn.gpt(2).bind(**sizes), ncd.nn.gpt(2, dropout=0.1).bind(**sizes)
+    params = ncd.init(plain, seed=0)
+    assert set(params) == set(ncd.init(dropped, seed=0))  # no parameters of its own
+    ids = np.arange(7) % 11
+    want = ncd.run(plain, ids, params=params)
+    np.testing.assert_array_equal(ncd.run(dropped, ids, params=params), want)
+    assert not np.allclose(ncd.run(dropped, ids, params=params, training=True), want)
+    kinds = [type(n.op).kind for n in dropped.graph.nodes]
+    assert kinds.count("dropout") == 1 + 2 * 2  # the embeddings, then both branches per layer
+    with pytest.raises(ncd.DefinitionError, match=r"dropout must be a probability in \[0, 1\)"):
+        ncd.nn.gpt(1, dropout=1.0)

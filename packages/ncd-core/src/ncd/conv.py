@@ -491,4 +491,3 @@ def instance_norm(
             "Axis the layer before produces, e.g. c = ncd.Axis('c', size=16)."
         )
     return group_norm(channels.size, channels, over, eps=eps, affine=affine, name=name)
-

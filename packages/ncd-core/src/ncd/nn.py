@@ -190,21 +190,38 @@ def transformer_block(
     seq_k: AxisArg = "seq_k",
     causal: bool = True,
     spherical: bool = False,
+    dropout: float = 0.0,
     label: str = "block",
 ) -> Term:
-    """Pre-norm block: ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``."""
+    """Pre-norm block: ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``; ``dropout``: GPT-2's
+    residual dropout on each branch before it is added (``ops.dropout``: identity at
+    inference)."""
     s, dm = _ax("seq", seq), _ax("d_model", d_model)
     h, dh, ff = _ax("heads", heads), _ax("d_head", d_head), _ax("d_ff", d_ff)
     attn = multihead_attention(s, dm, h, dh, seq_k=seq_k, causal=causal, spherical=spherical)
     ffn = mlp(dm, ff)
     ln_1, ln_2 = layernorm(dm, label="ln_1"), layernorm(dm, label="ln_2")
+    drop = _dropout(dropout, "transformer_block")
 
     @trace(inputs=[ArrayType((s, dm))], name="transformer_block", label=label)
     def block(x: Tensor) -> Tensor:
-        x = x + attn(ln_1(x))
-        return x + ffn(ln_2(x))  # type: ignore[no-any-return]
+        x = x + drop(attn(ln_1(x)))
+        return x + drop(ffn(ln_2(x)))
 
     return block
+
+
+def _dropout(p: object, what: str) -> Callable[[Tensor], Tensor]:
+    """``ops.dropout(p)`` as a function of a tensor, or the identity for ``p == 0``."""
+    if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p < 1.0:
+        raise DefinitionError(
+            f"{what}: dropout must be a probability in [0, 1), got {show(p)}. Fix: pass e.g. "
+            "dropout=0.1 (0 for none)."
+        )
+    if p == 0:
+        return lambda t: t
+    term = ops.dropout(float(p))
+    return lambda t: term(t)
 
 
 def gpt(
@@ -218,13 +235,16 @@ def gpt(
     vocab: AxisArg = "vocab",
     spherical: bool = False,
     block_size: AxisArg | bool = False,
+    dropout: float = 0.0,
 ) -> Term:
     """A GPT: token and learned positional embeddings, ``layers`` causal blocks, a final
     LayerNorm and an untied unembedding. Input: token ids ``[seq]``; output: logits
     ``[seq vocab]``. ``block_size`` (an axis, a size or True for a free ``block``): the
     positional table is ``[block d_model]`` and the first ``|seq|`` rows are read, so
     ``seq`` stays free up to it (nanoGPT's ``block_size``); otherwise the table is
-    ``[seq d_model]``."""
+    ``[seq d_model]``. ``dropout``: GPT-2's embedding and residual dropout (``ops.dropout``:
+    identity at inference, random in training mode and in the torch export's ``train()``;
+    not on the attention probabilities)."""
     _count("gpt: layers", layers, 0)
     s, dm, h = _ax("seq", seq), _ax("d_model", d_model), _ax("heads", heads)
     dh, ff, vc = _ax("d_head", d_head), _ax("d_ff", d_ff), _ax("vocab", vocab)
@@ -234,15 +254,18 @@ def gpt(
         blk = _ax("block", None if block_size is True else block_size)
         positions = ops.learned((blk, dm), name="wpe") >> ops.slice(blk, s, name="wpe_read")
     key = Axis("seq_k")
+    drop = _dropout(dropout, "gpt")
     blocks = [
-        transformer_block(s, dm, h, dh, ff, seq_k=key, spherical=spherical, label=f"blocks.{i}")
+        transformer_block(
+            s, dm, h, dh, ff, seq_k=key, spherical=spherical, dropout=dropout, label=f"blocks.{i}"
+        )
         for i in range(layers)
     ]
     ln_f = layernorm(dm, label="ln_f")
 
     @trace(inputs=[ArrayType((s,), "int64")], name="gpt", label="gpt")
     def model(tokens: Tensor) -> Tensor:
-        x = ops.embedding(vc, dm, name="wte")(tokens) + positions()
+        x = drop(ops.embedding(vc, dm, name="wte")(tokens) + positions())
         for block in blocks:
             x = block(x)
         return ops.linear(dm, vc, bias=False, name="lm_head")(ln_f(x))  # type: ignore[no-any-return]
