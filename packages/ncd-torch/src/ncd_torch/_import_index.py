@@ -75,7 +75,7 @@ def _gather(c: Capture, node: Any, x: str, dim: int, ids: str, *, along: bool = 
             if a is None or b is None or c.axes.size[a] != c.axes.size[b]:
                 raise c.unsupported(node, "torch.gather with ids smaller than the input off dim")
             c.axes.union(a, b)
-        out = [d for d in c.dims[ids]]
+        out = list(c.dims[ids])
     else:
         mine = {c.axes.find(v) for v in c._vars(dims)}
         if any(c.axes.find(v) in mine for v in c._vars(idims)):
