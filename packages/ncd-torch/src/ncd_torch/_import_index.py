@@ -64,7 +64,7 @@ def _gather(c: Capture, node: Any, x: str, dim: int, ids: str, *, along: bool = 
     src = dims[dim]
     if src is None:
         raise c.unsupported(node, "indexing a size-1 broadcast dim with ids")
-    if c.dtype(node.args[0]) not in ("float32", "float64", "float16", "bfloat16"):
+    if not c.dtype(node.args[0]).startswith(("float", "bfloat")):
         raise c.unsupported(node, f"indexing a {c.dtype(node.args[0])} tensor (floats only)")
     if along:
         if len(idims) != len(dims):

@@ -14,6 +14,7 @@ import numpy as np
 
 from ncd import ops as L
 from ncd.errors import NcdError
+from ncd.primitives.library import COMPARISONS
 from ncd_torch import _import_tied
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ ARITH = {
     "aten.minimum": "min",
     "aten.pow": "pow",
     # comparisons of activations: 1.0 / 0.0 (torch's bools) for where, masked_fill, casts
-    **{f"aten.{fn}": fn for fn in ("lt", "le", "gt", "ge", "eq", "ne")},
+    **{f"aten.{fn}": fn for fn in COMPARISONS},
 }
 #: logic on comparison results (0.0 / 1.0 in ncd): not is 1 - m, and a product, or a maximum
 LOGIC = {

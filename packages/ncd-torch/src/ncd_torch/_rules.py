@@ -70,12 +70,7 @@ BINARY: dict[str, Callable[..., Any]] = {
     # not operator.pow: fx prints it infix, and a negative constant base, -1.5 ** x, is -(1.5 ** x)
     "pow": torch.pow,
     # comparisons: 1.0 / 0.0 in the operands' float dtype, as ncd's
-    "lt": fn.lt,
-    "le": fn.le,
-    "gt": fn.gt,
-    "ge": fn.ge,
-    "eq": fn.eq,
-    "ne": fn.ne,
+    **{name: getattr(fn, name) for name in L.COMPARISONS},
 }
 REDUCE: dict[str, Callable[..., Any]] = {
     "sum": torch.sum,
