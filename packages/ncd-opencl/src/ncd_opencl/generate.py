@@ -32,11 +32,12 @@ __all__ = [
 
 
 def templates(tiled: bool = True, local: bool = False) -> list[Any]:
+    from ncd_opencl.convolve import conv_template
     from ncd_opencl.matmul import tiled_template, tiled_template_local
 
     out: list[Any] = [streamed_template]
     if tiled:
-        out.append(tiled_template_local if local else tiled_template)
+        out += [tiled_template_local if local else tiled_template, conv_template]
     out.append(vector_template)
     return out
 

@@ -78,6 +78,8 @@ def template_of(kernel: Kernel) -> str:
 
 
 def _choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool) -> list[Partition]:
+    from ncd_opencl.convolve import conv_kernel
+
     g = k.graph
     if any(g.size(a) is None for a in k.axes()):
         return []  # sizes left free: the templates decide when they are bound
@@ -87,6 +89,8 @@ def _choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool) ->
         made = _matmul_choices(k, layouts)
         if made:
             return made
+        if conv_kernel(k, layouts) is not None:
+            return []  # the convolution template's blocking is its own (ncd_opencl.convolve)
     return _vector_choices(k, layouts)
 
 
