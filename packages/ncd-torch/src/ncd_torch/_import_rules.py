@@ -478,7 +478,7 @@ def _linear(c: Capture, node: Any) -> None:
     if node.args[1].name in c.tied:  # the unembedding of a tied token table
         key = _import_tied.table(c, node, node.args[1])
         bias = node.args[2] if has_bias else None
-        _import_tied.unembed(c, node, c.plain(node.args[0]), key, bias)
+        _import_tied.unembed(c, node, c.plain(node.args[0]), key, bias, node.args[1])
         return
     weight = c.param(node.args[1])
     bias = c.param(node.args[2]) if has_bias else None

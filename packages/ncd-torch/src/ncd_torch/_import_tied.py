@@ -62,20 +62,38 @@ def lookup(c: Any, node: Any, key: str, ids: str) -> None:
     c.set(node, [*c.dims[ids], width], recorded=True)
 
 
-def unembed(c: Any, node: Any, x: str, key: str, bias: Any) -> None:
-    """``aten.linear`` with the tied table ``key`` as its weight ``(vocab, d_model)``."""
+def _only_linears(arg: Any) -> bool:
+    """Every reader of the parameter ``arg`` is a Linear with it as its weight (one Linear
+    module called more than once, or Linears sharing a weight)."""
+    return all(_aten(u) == "aten.linear" and u.args[1] is arg for u in arg.users)
+
+
+def unembed(c: Any, node: Any, x: str, key: str, bias: Any, arg: Any = None) -> None:
+    """``aten.linear`` with the tied table ``key`` as its weight ``(vocab, d_model)``. A square
+    weight that only Linears read (a Linear called twice: its output feeds it again, or meets
+    its input in a residual add) reads its input renamed onto the table's input axis and
+    writes onto the input's own axis, so every call maps one axis to itself."""
     A = c.axis
     vocab, width = c.dims[key]
     *lead, last = c.dims[x]
     if not isinstance(last, int) or c.axes.size[last] != c.axes.size[width]:
         raise c.unsupported(node, "a tied weight read by a Linear of another input width")
-    c.axes.union(last, width)
+    square = arg is not None and c.axes.size[vocab] == c.axes.size[width] and _only_linears(arg)
+    if square and not c.axes.same(last, width):
+        x = c.rename(node, x, last, width)
+    elif not square:
+        c.axes.union(last, width)
     name = c.leaf(node) or "unembed"
-    op = L.Einsum(((A(last),), (A(vocab), A(last))), (A(vocab),), name=name)
+    op = L.Einsum(((A(width),), (A(vocab), A(width))), (A(vocab),), name=name)
     out = c.op(node, op, [x, key])
     if bias is not None:
         c.dims[out] = [*lead, vocab]
         b = c.key(bias)
         c.axes.union(c.dims[b][0], vocab)
-        c.op(node, L.Binary("add", name=f"{name}_bias"), [out, b])
+        out = c.op(node, L.Binary("add", name=f"{name}_bias"), [out, b])
+    if square and not c.axes.same(last, width):
+        c.dims[out] = [*lead, vocab]
+        c.rename(node, out, vocab, last)
+        c.set(node, [*lead, last], recorded=True)
+        return
     c.set(node, [*lead, vocab], recorded=True)
