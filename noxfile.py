@@ -41,6 +41,7 @@ IMPORT_TESTS = tuple(
         "import_casts",
         "conv",
         "torch_nn_transformer",
+        "shared_weights",
     )
 )
 PLUGINS = ("torch", "opencl", "cuda", "diagram", "perf")

@@ -374,6 +374,12 @@ def _layer_norm(c: Capture, node: Any) -> None:
     axes = c.dims[x][-k:]
     for v in axes:
         c.axes.hint(v, "d_model", 3)
+    if _import_tied.shared(weight, bias):  # a LayerNorm called more than once: one weight
+        plain = L.LayerNorm(tuple(c.axis(v) for v in axes), eps, False, False, name=c.leaf(node))
+        out = c.op(node, plain, [x], {})
+        c.dims[out] = list(c.dims[x])
+        _import_tied.affine(c, node, out, weight, bias)
+        return
     params = {"weight": c.param(weight)} if weight is not None else {}
     if bias is not None:
         params["bias"] = c.param(bias)
@@ -395,6 +401,11 @@ def _rms_norm(c: Capture, node: Any) -> None:
     axes = c.dims[x][-k:]
     for v in axes:
         c.axes.hint(v, "d_model", 3)
+    if _import_tied.shared(weight):  # an RMSNorm called more than once: one weight
+        out = c.op(node, L.RMSNorm(tuple(c.axis(v) for v in axes), float(eps), False), [x], {})
+        c.dims[out] = list(c.dims[x])
+        _import_tied.affine(c, node, out, weight, None)
+        return
     params = {"weight": c.param(weight)} if weight is not None else {}
     op = L.RMSNorm(
         tuple(c.axis(v) for v in axes), float(eps), weight is not None, name=c.leaf(node)

@@ -11,7 +11,7 @@ from typing import Any
 
 from ncd import ops as L
 
-__all__ = ["lookup", "table", "tied_params", "unembed"]
+__all__ = ["affine", "lookup", "shared", "table", "tied_params", "unembed"]
 
 #: the ops that read a parameter as a whole table, and the argument that holds it
 READERS = {"aten.embedding": 0, "aten.linear": 1}
@@ -97,3 +97,27 @@ def unembed(c: Any, node: Any, x: str, key: str, bias: Any, arg: Any = None) -> 
         c.set(node, [*lead, last], recorded=True)
         return
     c.set(node, [*lead, vocab], recorded=True)
+
+
+def shared(*args: Any) -> bool:
+    """One of the parameters ``args`` (fx placeholders or ``None``) is read by more than one
+    op: a module called more than once."""
+    return any(a is not None and len(a.users) > 1 for a in args)
+
+
+def affine(c: Any, node: Any, key: str, weight: Any, bias: Any) -> None:
+    """``key * weight + bias`` over its last dims, the parameters as ``Learned`` values that
+    every call reads (a normalisation module called more than once keeps one weight)."""
+    dims = list(c.dims[key])
+    name = c.leaf(node) or "affine"
+    for arg, fn in ((weight, "mul"), (bias, "add")):
+        if arg is None:
+            continue
+        p = c.key(arg)
+        for a, b in zip(reversed(c.dims[p]), reversed(dims), strict=False):
+            c.axes.union(a, b)
+        key = c.op(
+            node, L.Binary(fn, name=f"{name}_{'weight' if fn == 'mul' else 'bias'}"), [key, p]
+        )
+        c.dims[key] = list(dims)
+    c.set(node, dims, recorded=True)
