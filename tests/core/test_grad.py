@@ -125,6 +125,12 @@ UNARY_INPUT = {
     "recip": positive,
     "abs": away_from_zero,
     "relu": away_from_zero,
+    "log1p": positive,
+    # inside the domains of the inverse trig/hyperbolic functions
+    "asin": lambda *shape: RNG.uniform(-0.8, 0.8, size=shape),
+    "acos": lambda *shape: RNG.uniform(-0.8, 0.8, size=shape),
+    "atanh": lambda *shape: RNG.uniform(-0.8, 0.8, size=shape),
+    "acosh": lambda *shape: 1.2 + positive(*shape),
 }
 
 

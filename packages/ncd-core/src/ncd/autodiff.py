@@ -583,15 +583,95 @@ def _unary_slope(t: Tape, fn: str, x: int, y: int) -> int:
         return t.u("recip", t.sc("add", t.u("square", x), 1.0))
     if fn == "asinh":
         return t.u("rsqrt", t.sc("add", t.u("square", x), 1.0))
-    raise NoGradRuleError(
-        f"ncd.grad: unary {fn!r} has no gradient rule. Fix: add it to ncd.autodiff._unary_slope."
-    )
+    slope = _more_slopes(t, fn, x, y)
+    if slope is None:
+        raise NoGradRuleError(
+            f"ncd.grad: unary {fn!r} has no gradient rule. Fix: add it to "
+            "ncd.autodiff._unary_slope."
+        )
+    return slope
+
+
+def _select(t: Tape, cond: int, a: int, b: int) -> int:
+    return t.one(X.Where(), cond, a, b)
+
+
+def _inside(t: Tape, x: int, low: float, high: float) -> int:
+    """1.0 where ``low < x < high``, else 0.0 (exact comparisons, NaN gives 0)."""
+    return t.bin("mul", t.sc("gt", x, low), t.sc("lt", x, high))
+
+
+def _more_slopes(t: Tape, fn: str, x: int, y: int) -> int | None:
+    """dy/dx of the rest of the elementwise family (issue 15)."""
+    if fn == "erf":
+        return t.sc("mul", t.u("exp", t.u("neg", t.u("square", x))), 2.0 / math.sqrt(math.pi))
+    if fn == "tan":
+        return t.sc("add", t.u("square", y), 1.0)
+    if fn in ("asin", "acos"):
+        r = t.u("rsqrt", t.sc("sub", t.u("square", x), 1.0, reverse=True))
+        return r if fn == "asin" else t.u("neg", r)
+    if fn in ("sinh", "cosh"):
+        return t.u("cosh" if fn == "sinh" else "sinh", x)
+    if fn == "atanh":
+        return t.u("recip", t.sc("sub", t.u("square", x), 1.0, reverse=True))
+    if fn == "acosh":
+        return t.u("rsqrt", t.sc("sub", t.u("square", x), 1.0))
+    if fn == "expm1":
+        return t.sc("add", y, 1.0)
+    if fn == "log1p":
+        return t.u("recip", t.sc("add", x, 1.0))
+    if fn == "selu":
+        below = t.sc("mul", t.u("exp", x), L.SELU_SCALE * L.SELU_ALPHA)
+        return _select(t, t.sc("gt", x, 0.0), t.const(L.SELU_SCALE, (), x), below)
+    if fn == "mish":
+        th = t.u("tanh", t.u("log1p", t.u("exp", x)))  # tanh(softplus(x))
+        sech2 = t.sc("sub", t.u("square", th), 1.0, reverse=True)
+        return t.bin("add", th, t.bin("mul", x, t.bin("mul", sech2, t.u("sigmoid", x))))
+    if fn == "hardswish":
+        middle = t.sc("add", t.sc("mul", x, 1.0 / 3.0), 0.5)  # (2x + 3) / 6
+        return _select(
+            t,
+            t.sc("lt", x, -3.0),
+            t.const(0.0, (), x),
+            _select(t, t.sc("le", x, 3.0), middle, t.const(1.0, (), x)),
+        )
+    if fn == "hardsigmoid":
+        return t.sc("mul", _inside(t, x, -3.0, 3.0), 1.0 / 6.0)
+    if fn == "softsign":
+        return t.u("recip", t.u("square", t.sc("add", t.u("abs", x), 1.0)))
+    if fn == "logsigmoid":
+        return t.u("sigmoid", t.u("neg", x))
+    if fn == "relu6":
+        return _inside(t, x, 0.0, 6.0)
+    return None
+
+
+def _activation_slope(t: Tape, op: L.Activation, x: int, y: int) -> int:
+    one = t.const(1.0, (), x)
+    a = op.alpha
+    if op.fn == "leaky_relu":
+        return _select(t, t.sc("gt", x, 0.0), one, t.const(a, (), x))
+    if op.fn == "elu":
+        return _select(t, t.sc("gt", x, 0.0), one, t.sc("add", y, a))
+    if op.fn == "celu":
+        return _select(t, t.sc("gt", x, 0.0), one, t.u("exp", t.sc("mul", x, 1.0 / a)))
+    bx = t.sc("mul", x, a)  # softplus: beta, threshold = alpha, beta
+    return _select(t, t.sc("gt", bx, op.beta), one, t.u("sigmoid", bx))
+
+
+@_vjp(L.Activation)
+def _activation(
+    t: Tape, op: L.Activation, xs: list[int], ys: list[int], cts: Any, need: Any
+) -> Any:
+    return [t.bin("mul", cts[0], _activation_slope(t, op, xs[0], ys[0]))]
 
 
 @_vjp(L.Unary)
 def _unary(t: Tape, op: L.Unary, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     if op.fn == "neg":
         return [t.u("neg", cts[0])]
+    if op.fn in L.STEP_FNS:
+        return [None]  # flat wherever it has a derivative
     return [t.bin("mul", cts[0], _unary_slope(t, op.fn, xs[0], ys[0]))]
 
 

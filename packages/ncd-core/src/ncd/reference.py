@@ -91,7 +91,45 @@ UNARY: dict[str, Callable[[Array], Array]] = {
     "sin": np.sin,
     "atan": np.arctan,
     "asinh": np.arcsinh,
+    "erf": lambda x: _erf(x).astype(x.dtype),
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.round,  # half to even, as torch.round
+    "trunc": np.trunc,
+    "sign": np.sign,  # NaN stays NaN (torch.sign gives 0; the export keeps the NaN)
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "atanh": np.arctanh,
+    "acosh": np.arccosh,
+    "expm1": np.expm1,
+    "log1p": np.log1p,
+    "selu": lambda x: np.where(x > 0, L.SELU_SCALE * x, L.SELU_SCALE * L.SELU_ALPHA * np.expm1(x)),
+    "mish": lambda x: x * np.tanh(np.logaddexp(0, x)),
+    "hardswish": lambda x: x * np.clip(x + 3, 0, 6) / 6,
+    "hardsigmoid": lambda x: np.clip(x + 3, 0, 6) / 6,
+    "softsign": lambda x: x / (1 + np.abs(x)),
+    "logsigmoid": lambda x: np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x))),
+    "relu6": lambda x: np.minimum(np.maximum(x, 0), 6),
 }
+
+
+def _activation_fn(op: L.Activation, x: Array) -> Array:
+    a = op.alpha
+    if op.fn == "leaky_relu":
+        y = np.where(x > 0, x, a * x)
+    elif op.fn == "elu":
+        y = np.where(x > 0, x, a * np.expm1(x))
+    elif op.fn == "celu":
+        y = np.maximum(x, 0) + np.minimum(0, a * np.expm1(x / a))
+    else:  # softplus: beta, threshold = alpha, beta
+        bx = a * x
+        y = np.where(bx > op.beta, x, np.logaddexp(0, bx) / a)
+    return np.asarray(y)
+
+
 BINARY: dict[str, Callable[[Any, Any], Array]] = {
     "add": np.add,
     "sub": np.subtract,
@@ -154,6 +192,14 @@ def _linear(op: L.Linear, xs: list[Array], p: dict[str, Array], ctx: Context) ->
 @reference_rule(L.Unary)
 def _unary(op: L.Unary, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
     return [UNARY[op.fn](xs[0])]
+
+
+@reference_rule(L.Activation)
+def _activation(
+    op: L.Activation, xs: list[Array], p: dict[str, Array], ctx: Context
+) -> list[Array]:
+    x = xs[0]
+    return [_activation_fn(op, x).astype(x.dtype, copy=False)]
 
 
 @reference_rule(L.Binary)

@@ -101,6 +101,7 @@ def _normaliser(op: Op, axis: Axis) -> str:
     L.Parameter,
     L.CausalMask,
     L.Unary,
+    L.Activation,
     L.Binary,
     L.Scalar,
     L.Dropout,

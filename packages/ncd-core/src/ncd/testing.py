@@ -150,10 +150,32 @@ def _cases() -> list[Case]:
             Case(
                 f"unary_{fn}",
                 functools.partial(_unary_case, fn),
-                positive=fn in ("log", "sqrt", "rsqrt", "recip"),
+                positive=fn in ("log", "sqrt", "rsqrt", "recip", "log1p"),
                 tags=frozenset({"elementwise"}),
             )
         )
+    for fn, alpha, beta in (
+        ("leaky_relu", 0.01, 0.0),
+        ("leaky_relu", -0.3, 0.0),
+        ("elu", 1.0, 0.0),
+        ("celu", 0.5, 0.0),
+        ("softplus", 1.0, 20.0),
+        ("softplus", 2.0, 0.5),
+    ):
+        cs.append(
+            Case(
+                f"activation_{fn}_{alpha:g}_{beta:g}",
+                functools.partial(_activation_case, fn, alpha, beta),
+                tags=frozenset({"elementwise"}),
+            )
+        )
+    cs.append(
+        Case(
+            "clamp",
+            lambda: ops.clamp(-0.5, 0.75).over(_a("r", 13)),
+            tags=frozenset({"elementwise"}),
+        )
+    )
     for fn in ops.BINARY_FNS:
 
         def bin_model(fn: str = fn) -> Term:
@@ -405,8 +427,23 @@ def _window_cases() -> list[Case]:
     ]
 
 
+#: a map into the domain of the functions defined on part of the line (so no case compares NaNs)
+_DOMAIN = {
+    "asin": lambda: ops.unary("tanh"),
+    "acos": lambda: ops.unary("tanh"),
+    "atanh": lambda: ops.unary("tanh") >> ops.mul(0.99),
+    "acosh": lambda: ops.unary("square") >> ops.add(1.5),  # away from its pole at 1
+}
+
+
 def _unary_case(fn: str) -> Term:
-    return ops.unary(fn).over(_a("r", 7), _a("c", 13))
+    f = ops.unary(fn)
+    into = _DOMAIN.get(fn)
+    return (f if into is None else into() >> f).over(_a("r", 7), _a("c", 13))
+
+
+def _activation_case(fn: str, alpha: float, beta: float) -> Term:
+    return ops.prim(ops.Activation(fn, alpha, beta)).over(_a("r", 7), _a("c", 13))
 
 
 def _scalar_case(fn: str) -> Term:

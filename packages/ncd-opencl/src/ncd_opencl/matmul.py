@@ -177,7 +177,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
 
 
 #: epilogue ops whose rules are valid on vector operands and read nothing but their input
-LANE_OPS: tuple[type, ...] = (L.Unary, L.Scalar, L.Scale, L.Dropout)
+LANE_OPS: tuple[type, ...] = (L.Unary, L.Activation, L.Scalar, L.Scale, L.Dropout)
 
 
 def _lane_epilogue(nodes: list[Any], lin: Any, renames: dict[Axis, Axis]) -> bool:

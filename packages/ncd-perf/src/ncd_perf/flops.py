@@ -36,7 +36,8 @@ FLOP_RULES: dict[type[Op], FlopRule] = {}
 
 SPECIAL_UNARY = {
     *("exp", "log", "sqrt", "rsqrt", "gelu_tanh", "silu", "sigmoid", "tanh"),
-    *("cos", "sin", "atan", "asinh"),
+    *("cos", "sin", "atan", "asinh", "tan", "asin", "acos", "sinh", "cosh", "atanh", "acosh"),
+    *("expm1", "log1p", "selu", "mish", "logsigmoid"),
 }
 #: functions computed through the error function (``special`` on machines without its rate)
 ERF_UNARY = {"gelu", "erf"}
@@ -76,6 +77,12 @@ def _linear(op: L.Linear, node: Node, size: Size) -> dict[str, sp.Expr]:
 @rule(L.Unary)
 def _unary(op: L.Unary, node: Node, size: Size) -> dict[str, sp.Expr]:
     return {_kind(op.fn): _out(node, size)}
+
+
+@rule(L.Activation)
+def _activation(op: L.Activation, node: Node, size: Size) -> dict[str, sp.Expr]:
+    # leaky_relu is a select; the others an exponential each
+    return {"vector" if op.fn == "leaky_relu" else "special": _out(node, size)}
 
 
 @rule(L.Binary, L.Scalar, L.Scale, L.CausalMask, L.Dropout)

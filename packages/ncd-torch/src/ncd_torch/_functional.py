@@ -21,6 +21,7 @@ __all__ = [
     "linear_nd",
     "rmsnorm",
     "rotary",
+    "sign",
     "where",
     "window",
 ]
@@ -82,6 +83,11 @@ ne = _comparison("ne", torch.ne)
 def where(cond: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``x`` where ``cond`` is true (nonzero; NaN counts as true), else ``y``."""
     return torch.where(cond if cond.dtype == torch.bool else cond != 0, x, y)
+
+
+def sign(x: torch.Tensor) -> torch.Tensor:
+    """``torch.sign`` that keeps a NaN a NaN (torch's gives 0), as ncd's ``sign``."""
+    return torch.where(torch.isnan(x), x, torch.sign(x))
 
 
 def concat(*xs: torch.Tensor) -> torch.Tensor:

@@ -75,6 +75,37 @@ ACTIVATIONS = {
     "aten.sin": "sin",
     "aten.atan": "atan",
     "aten.asinh": "asinh",
+    **{
+        f"aten.{fn}": fn
+        for fn in (
+            *("erf", "floor", "ceil", "round", "trunc", "sign", "tan", "asin", "acos"),
+            *("sinh", "cosh", "atanh", "acosh", "expm1", "log1p", "selu", "mish"),
+            *("hardswish", "hardsigmoid", "relu6"),
+        )
+    },
+    "aten.log_sigmoid": "logsigmoid",
+}
+#: activations with constants: the aten name -> the Activation fn and its arguments' defaults
+#: (``aten.elu``'s ``scale``/``input_scale`` beyond ``alpha`` must be 1: that is SELU's form)
+PARAMETRIC = {
+    "aten.leaky_relu": ("leaky_relu", (0.01,)),
+    "aten.elu": ("elu", (1.0, 1.0, 1.0)),
+    "aten.celu": ("celu", (1.0,)),
+    "aten.softplus": ("softplus", (1.0, 20.0)),
+}
+#: torch's keyword names of those arguments
+ARGUMENT_NAMES: dict[str, tuple[str, ...]] = {
+    "leaky_relu": ("negative_slope",),
+    "elu": ("alpha", "scale", "input_scale"),
+    "celu": ("alpha",),
+    "softplus": ("beta", "threshold"),
+}
+#: clamps of an activation by constants: (min's position, max's position) among the arguments
+CLAMPS = {
+    "aten.clamp": (1, 2),
+    "aten.hardtanh": (1, 2),
+    "aten.clamp_min": (1, None),
+    "aten.clamp_max": (None, 1),
 }
 ARITH = {
     "aten.add": "add",
@@ -108,6 +139,8 @@ ALIASES = ("aten.contiguous", "aten.clone", "aten.alias", "aten.detach", "aten.l
 #: and the ones that only move or drop dims
 SIZE1_SAFE = {
     *ACTIVATIONS,
+    *PARAMETRIC,
+    *CLAMPS,
     *ARITH,
     *LOGIC,
     *ALIASES,
@@ -152,6 +185,47 @@ def _activation(c: Capture, node: Any) -> None:
     x = c.plain(node.args[0])
     c.op(node, L.Unary(ACTIVATIONS[c.aten(node)]), [x])
     c.set(node, c.dims[x])
+
+
+@import_rule(*PARAMETRIC)
+def _parametric(c: Capture, node: Any) -> None:
+    fn, defaults = PARAMETRIC[c.aten(node)]
+    names = ARGUMENT_NAMES[fn]
+    args = [
+        float(node.args[1 + k]) if len(node.args) > 1 + k else float(node.kwargs.get(n, d))
+        for k, (n, d) in enumerate(zip(names, defaults, strict=True))
+    ]
+    if fn == "elu" and args[1:] != [1.0, 1.0]:
+        raise c.unsupported(node, "elu with scale or input_scale other than 1")
+    x = c.plain(node.args[0])
+    c.op(node, L.Activation(fn, *args[:2]), [x])
+    c.set(node, c.dims[x])
+
+
+@import_rule(*CLAMPS)
+def _clamp(c: Capture, node: Any) -> None:
+    """``x`` limited by constant bounds: a maximum with the lower, then a minimum with the
+    upper (a NaN stays NaN, as in torch); tensor bounds are ``maximum``/``minimum``."""
+    low_at, high_at = CLAMPS[c.aten(node)]
+    default = {"aten.hardtanh": (-1.0, 1.0)}.get(c.aten(node), (None, None))
+    bounds = []
+    for at, name, d in ((low_at, "min_val", default[0]), (high_at, "max_val", default[1])):
+        v = None if at is None else (node.args[at] if len(node.args) > at else None)
+        if v is None and at is not None:
+            v = node.kwargs.get(name if c.aten(node) == "aten.hardtanh" else name[:3], d)
+        if v is not None and not isinstance(v, int | float):
+            raise c.unsupported(node, "a clamp by tensors (use torch.maximum/torch.minimum)")
+        bounds.append(None if v is None else float(v))
+    low, high = bounds
+    if low is not None and high is not None and low > high:
+        raise c.unsupported(node, f"a clamp whose min {low:g} is above its max {high:g}")
+    key = c.plain(node.args[0])
+    dims = list(c.dims[key])
+    for fn, bound in (("max", low), ("min", high)):
+        if bound is not None:
+            key = c.op(node, L.Scalar(fn, bound), [key])
+            c.dims[key] = list(dims)
+    c.set(node, dims, recorded=True)
 
 
 @import_rule("aten.gelu")

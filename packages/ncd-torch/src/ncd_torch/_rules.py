@@ -59,6 +59,28 @@ UNARY: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "sin": (torch.sin, {}),
     "atan": (torch.atan, {}),
     "asinh": (torch.asinh, {}),
+    "erf": (torch.erf, {}),
+    "floor": (torch.floor, {}),
+    "ceil": (torch.ceil, {}),
+    "round": (torch.round, {}),
+    "trunc": (torch.trunc, {}),
+    "sign": (fn.sign, {}),
+    "tan": (torch.tan, {}),
+    "asin": (torch.asin, {}),
+    "acos": (torch.acos, {}),
+    "sinh": (torch.sinh, {}),
+    "cosh": (torch.cosh, {}),
+    "atanh": (torch.atanh, {}),
+    "acosh": (torch.acosh, {}),
+    "expm1": (torch.expm1, {}),
+    "log1p": (torch.log1p, {}),
+    "selu": (F.selu, {}),
+    "mish": (F.mish, {}),
+    "hardswish": (F.hardswish, {}),
+    "hardsigmoid": (F.hardsigmoid, {}),
+    "softsign": (F.softsign, {}),
+    "logsigmoid": (F.logsigmoid, {}),
+    "relu6": (F.relu6, {}),
 }
 BINARY: dict[str, Callable[..., Any]] = {
     "add": operator.add,
@@ -107,6 +129,18 @@ def _linear(op: L.Linear, xs: list[Node], ps: dict[str, Node], em: Emitter) -> l
 def _unary(op: L.Unary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
     f, kw = UNARY[op.fn]
     return [em.call(f, xs[0], **kw)]
+
+
+@torch_rule(L.Activation)
+def _activation(op: L.Activation, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    f = {
+        "leaky_relu": F.leaky_relu,
+        "elu": F.elu,
+        "celu": F.celu,
+        "softplus": F.softplus,
+    }[op.fn]
+    args = (op.alpha, op.beta) if op.fn == "softplus" else (op.alpha,)
+    return [em.call(f, xs[0], *args)]
 
 
 @torch_rule(L.Binary)

@@ -43,6 +43,17 @@ def codegen_rule(cls: type) -> Callable[[Rule], Rule]:
 
 
 F = Callable[[KernelGen, Expr], Expr]
+
+
+def _softplus(g: KernelGen, x: Expr) -> Expr:
+    """``log(1 + exp(x))`` without overflow: ``max(x, 0) + log1p(exp(-|x|))``."""
+    return g.call("fmax", x, g.lit(0.0)) + g.call("log1p", g.call("exp", -g.call("fabs", x)))
+
+
+def _relu6(g: KernelGen, x: Expr) -> Expr:
+    return g.call("fmin", g.call("fmax", x, g.lit(0.0)), g.lit(6.0))
+
+
 # constants through ``g.lit`` (decimal text kept digit for digit, typed by the kernel's format)
 UNARY_C: dict[str, F] = {
     "exp": lambda g, x: g.call("exp", x),
@@ -72,6 +83,37 @@ UNARY_C: dict[str, F] = {
     "sin": lambda g, x: g.call("sin", x),
     "atan": lambda g, x: g.call("atan", x),
     "asinh": lambda g, x: g.call("asinh", x),
+    "erf": lambda g, x: g.call("erf", x),
+    "floor": lambda g, x: g.call("floor", x),
+    "ceil": lambda g, x: g.call("ceil", x),
+    "round": lambda g, x: g.call("rint", x),  # half to even in the default rounding mode
+    "trunc": lambda g, x: g.call("trunc", x),
+    # not C's sign builtins: a NaN stays NaN and a zero keeps its sign, as in the reference
+    "sign": lambda g, x: ir.Select(
+        x.cmp(">", g.lit(0.0)), g.lit(1.0), ir.Select(x.cmp("<", g.lit(0.0)), g.lit(-1.0), x)
+    ),
+    "tan": lambda g, x: g.call("tan", x),
+    "asin": lambda g, x: g.call("asin", x),
+    "acos": lambda g, x: g.call("acos", x),
+    "sinh": lambda g, x: g.call("sinh", x),
+    "cosh": lambda g, x: g.call("cosh", x),
+    "atanh": lambda g, x: g.call("atanh", x),
+    "acosh": lambda g, x: g.call("acosh", x),
+    "expm1": lambda g, x: g.call("expm1", x),
+    "log1p": lambda g, x: g.call("log1p", x),
+    "selu": lambda g, x: ir.Select(
+        x.cmp(">", g.lit(0.0)),
+        g.lit(repr(L.SELU_SCALE)) * x,
+        g.lit(repr(L.SELU_SCALE * L.SELU_ALPHA)) * g.call("expm1", x),
+    ),
+    "mish": lambda g, x: x * g.call("tanh", _softplus(g, x)),
+    "hardswish": lambda g, x: x * _relu6(g, x + g.lit(3.0)) / g.lit(6.0),
+    "hardsigmoid": lambda g, x: _relu6(g, x + g.lit(3.0)) / g.lit(6.0),
+    "softsign": lambda g, x: x / (g.lit(1.0) + g.call("fabs", x)),
+    "logsigmoid": lambda g, x: (
+        g.call("fmin", x, g.lit(0.0)) - g.call("log1p", g.call("exp", -g.call("fabs", x)))
+    ),
+    "relu6": lambda g, x: _relu6(g, x),
 }
 B = Callable[[KernelGen, Expr, Expr], Expr]
 BINARY_C: dict[str, B] = {
@@ -101,6 +143,22 @@ def _ins(gen: KernelGen, node: Node, index: Index, k: int = 0) -> Expr:
 @codegen_rule(L.Unary)
 def _unary(gen: KernelGen, node: Node, index: Index) -> Expr:
     return UNARY_C[node.op.fn](gen, _ins(gen, node, index))  # type: ignore[attr-defined]
+
+
+@codegen_rule(L.Activation)
+def _activation(gen: KernelGen, node: Node, index: Index) -> Expr:
+    op: L.Activation = node.op  # type: ignore[assignment]
+    x, a = _ins(gen, node, index), gen.lit(op.alpha)
+    positive = x.cmp(">", gen.lit(0.0))
+    if op.fn == "leaky_relu":
+        return ir.Select(positive, x, a * x)
+    if op.fn == "elu":
+        return ir.Select(positive, x, a * gen.call("expm1", x))
+    if op.fn == "celu":
+        below = gen.call("fmin", gen.lit(0.0), a * gen.call("expm1", x / a))
+        return gen.call("fmax", x, gen.lit(0.0)) + below
+    bx = a * x  # softplus: beta, threshold = alpha, beta
+    return ir.Select(bx.cmp(">", gen.lit(op.beta)), x, _softplus(gen, bx) / a)
 
 
 @codegen_rule(L.Binary)

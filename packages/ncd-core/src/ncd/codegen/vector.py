@@ -21,6 +21,7 @@ __all__ = ["VECTOR_OPS", "has_vector_rule", "reduced_axes", "vector_template"]
 #: op classes whose rules produce valid code on vector operands.
 VECTOR_OPS: tuple[type, ...] = (
     L.Unary,
+    L.Activation,
     L.Binary,
     L.Scalar,
     L.Scale,

@@ -16,9 +16,11 @@ from ncd.op import OP_KINDS, Op, Param, Product, register_op
 from ncd.primitives.batchnorm import BatchNorm
 from ncd.primitives.indexing import Arange, Concat, Gather, Rotary, Slice, Where
 from ncd.primitives.library import (
+    ACTIVATION_FNS,
     BINARY_FNS,
     REDUCE_FNS,
     UNARY_FNS,
+    Activation,
     Binary,
     Cast,
     CausalMask,
@@ -41,10 +43,12 @@ from ncd.primitives.library import (
 from ncd.primitives.window import Window
 
 __all__ = [
+    "ACTIVATION_FNS",
     "BINARY_FNS",
     "OP_KINDS",
     "REDUCE_FNS",
     "UNARY_FNS",
+    "Activation",
     "Arange",
     "BatchNorm",
     "Binary",
@@ -75,35 +79,54 @@ __all__ = [
     "Where",
     "Window",
     "abs",
+    "acos",
+    "acosh",
     "add",
     "arange",
+    "asin",
     "asinh",
-    "batch_norm",
     "atan",
+    "atanh",
+    "batch_norm",
     "binary",
     "cast",
     "causal_mask",
+    "ceil",
+    "celu",
+    "clamp",
     "concat",
     "constant",
     "cos",
+    "cosh",
     "div",
     "dropout",
     "einsum",
+    "elu",
     "embedding",
+    "erf",
     "exp",
+    "expm1",
+    "floor",
     "gather",
     "gelu",
     "gelu_tanh",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
     "l2norm",
     "layernorm",
+    "leaky_relu",
     "learned",
     "linear",
     "log",
+    "log1p",
+    "logsigmoid",
     "max",
     "maximum",
     "mean",
     "min",
     "minimum",
+    "mish",
     "mul",
     "neg",
     "pad",
@@ -114,22 +137,31 @@ __all__ = [
     "reduce",
     "register_op",
     "relu",
+    "relu6",
     "rename",
     "rmsnorm",
     "rotary",
+    "round",
     "rsqrt",
     "scalar",
     "scale",
+    "selu",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
+    "sinh",
     "slice",
     "softmax",
+    "softplus",
+    "softsign",
     "sqrt",
     "square",
     "sub",
     "sum",
+    "tan",
     "tanh",
+    "trunc",
     "unary",
     "where",
     "window",
@@ -300,6 +332,74 @@ cos = _unary_ctor("cos")
 sin = _unary_ctor("sin")
 atan = _unary_ctor("atan")
 asinh = _unary_ctor("asinh")
+erf = _unary_ctor("erf")
+floor = _unary_ctor("floor")
+ceil = _unary_ctor("ceil")
+round = _unary_ctor("round")  # half to even, as torch.round and NumPy
+trunc = _unary_ctor("trunc")
+sign = _unary_ctor("sign")
+tan = _unary_ctor("tan")
+asin = _unary_ctor("asin")
+acos = _unary_ctor("acos")
+sinh = _unary_ctor("sinh")
+cosh = _unary_ctor("cosh")
+atanh = _unary_ctor("atanh")
+acosh = _unary_ctor("acosh")
+expm1 = _unary_ctor("expm1")
+log1p = _unary_ctor("log1p")
+selu = _unary_ctor("selu")
+mish = _unary_ctor("mish")
+hardswish = _unary_ctor("hardswish")
+hardsigmoid = _unary_ctor("hardsigmoid")
+softsign = _unary_ctor("softsign")
+logsigmoid = _unary_ctor("logsigmoid")
+relu6 = _unary_ctor("relu6")
+
+
+def leaky_relu(negative_slope: float = 0.01, *, name: str = "") -> Term:
+    """``x`` where ``x >= 0``, else ``negative_slope * x`` (torch's ``F.leaky_relu``)."""
+    return prim(Activation("leaky_relu", negative_slope, name=name))
+
+
+def elu(alpha: float = 1.0, *, name: str = "") -> Term:
+    """``x`` where ``x > 0``, else ``alpha * (exp(x) - 1)`` (torch's ``F.elu``)."""
+    return prim(Activation("elu", alpha, name=name))
+
+
+def celu(alpha: float = 1.0, *, name: str = "") -> Term:
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (torch's ``F.celu``)."""
+    return prim(Activation("celu", alpha, name=name))
+
+
+def softplus(beta: float = 1.0, threshold: float = 20.0, *, name: str = "") -> Term:
+    """``log(1 + exp(beta x)) / beta``, ``x`` itself where ``beta x > threshold`` (torch's
+    ``F.softplus``)."""
+    return prim(Activation("softplus", beta, threshold, name=name))
+
+
+def clamp(min: float | None = None, max: float | None = None, *, name: str = "") -> Term:
+    """``x`` limited to ``[min, max]`` (either bound may be left out; a NaN stays NaN, as in
+    torch): a maximum with ``min`` then a minimum with ``max``."""
+    if min is None and max is None:
+        raise DefinitionError(
+            "clamp: give min, max or both. Fix: ops.clamp(min=0.0) or ops.clamp(-1.0, 1.0)."
+        )
+    if min is not None and max is not None and not min <= max:
+        raise DefinitionError(
+            f"clamp: min {show(min)} is above max {show(max)}. Fix: pass min <= max (torch "
+            "would give max everywhere)."
+        )
+    low = None if min is None else scalar("max", min, name=f"{name}_min" if name else "")
+    high = None if max is None else scalar("min", max, name=f"{name}_max" if name else "")
+    if low is None:
+        assert high is not None
+        return high
+    return low if high is None else low >> high
+
+
+def hardtanh(min_val: float = -1.0, max_val: float = 1.0, *, name: str = "") -> Term:
+    """torch's ``F.hardtanh``: ``ops.clamp(min_val, max_val)``."""
+    return clamp(min_val, max_val, name=name)
 
 
 def gelu(*, approximate: str = "none", name: str = "") -> Term:

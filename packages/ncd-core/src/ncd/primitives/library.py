@@ -26,10 +26,13 @@ from ncd.op import (
 )
 
 __all__ = [
+    "ACTIVATION_FNS",
     "BINARY_FNS",
     "COMPARISONS",
     "REDUCE_FNS",
+    "STEP_FNS",
     "UNARY_FNS",
+    "Activation",
     "Binary",
     "Cast",
     "CausalMask",
@@ -70,7 +73,40 @@ UNARY_FNS = (
     "sin",
     "atan",
     "asinh",
+    # the rest of the elementwise family (issue 15): rounding, sign, trig/hyperbolic, exp/log
+    # forms that keep precision near 0, and the fixed-constant activations
+    "erf",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "sign",
+    "tan",
+    "asin",
+    "acos",
+    "sinh",
+    "cosh",
+    "atanh",
+    "acosh",
+    "expm1",
+    "log1p",
+    "selu",
+    "mish",
+    "hardswish",
+    "hardsigmoid",
+    "softsign",
+    "logsigmoid",
+    "relu6",
 )
+#: SELU's constants (Klambauer et al. 2017), torch's digits
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+#: the unary functions whose derivative is zero wherever it exists (steps)
+STEP_FNS = ("floor", "ceil", "round", "trunc", "sign")
+#: activations with a constant of their own (``Activation.alpha``, ``beta``), torch's defaults:
+#: leaky_relu(x; negative_slope=0.01), elu(x; alpha=1), celu(x; alpha=1),
+#: softplus(x; beta=1, threshold=20)
+ACTIVATION_FNS = ("leaky_relu", "elu", "celu", "softplus")
 BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow", "lt", "le", "gt", "ge", "eq", "ne")
 #: the comparisons of ``BINARY_FNS``: 1.0 where ``a op b`` holds, else 0.0, in the operands'
 #: float format (IEEE: any comparison with NaN is false but ``ne``); no gradient
@@ -167,6 +203,41 @@ class Unary(Op):
     @property
     def label(self) -> str:
         return self.name or self.fn
+
+
+@register_op
+@attrs.frozen
+class Activation(Op):
+    """An elementwise activation with constants of its own, as torch defines it:
+    ``leaky_relu``: ``x`` where ``x >= 0``, else ``alpha x``; ``elu``: ``x`` where ``x > 0``,
+    else ``alpha (exp(x) - 1)``; ``celu``: ``max(0, x) + min(0, alpha (exp(x / alpha) - 1))``
+    (``alpha != 0``); ``softplus``: ``log(1 + exp(beta x)) / beta``, or ``x`` where
+    ``beta x > threshold`` (``beta`` is ``alpha`` here, ``threshold`` is ``beta``)."""
+
+    kind: ClassVar[str] = "activation"
+    category: ClassVar[str] = "elementwise"
+    fn: str = choice_field(ACTIVATION_FNS)
+    alpha: float = number_field(1.0, fix="pass a finite constant such as 0.01 or 1.0")
+    beta: float = number_field(0.0, fix="pass a finite threshold such as 20.0")
+
+    def __attrs_post_init__(self) -> None:
+        if self.fn in ("celu", "softplus") and self.alpha == 0.0:
+            what = "alpha" if self.fn == "celu" else "beta"
+            raise DefinitionError(
+                f"{self.fn}: {what} must not be 0 (it divides). Fix: pass {what}=1.0, torch's "
+                "default."
+            )
+
+    def signature(self) -> Signature:
+        return ((),), ((),)
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if self.fn == "softplus":
+            return "softplus" if self.alpha == 1.0 else f"softplus {self.alpha:g}"
+        return f"{self.fn} {self.alpha:g}"
 
 
 @register_op
