@@ -42,6 +42,8 @@ IMPORT_TESTS = tuple(
         "conv",
         "torch_nn_transformer",
         "shared_weights",
+        "elementwise",
+        "import_elementwise",
     )
 )
 PLUGINS = ("torch", "opencl", "cuda", "diagram", "perf")
