@@ -31,6 +31,7 @@ from ncd.graph import Graph, Scope, as_graph
 from ncd.op import Op, registrar
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
+from ncd.primitives import random as RND
 from ncd.primitives.batchnorm import BatchNorm
 from ncd.primitives.window import Window
 from ncd.sizes import Config
@@ -277,7 +278,7 @@ def _source(t: Tape, op: L.Learned, xs: list[int], ys: list[int], cts: Any, need
     return []
 
 
-@_vjp(L.Constant, X.Arange)
+@_vjp(L.Constant, X.Arange, RND.Random)
 def _constant(t: Tape, op: L.Constant, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     return []
 

@@ -169,6 +169,14 @@ def _cases() -> list[Case]:
                 tags=frozenset({"elementwise"}),
             )
         )
+    for dist, a, b in (("uniform", -2.0, 3.0), ("normal", 1.0, 0.5), ("bernoulli", 0.3, 0.0)):
+        cs.append(
+            Case(
+                f"random_{dist}",
+                functools.partial(_random_case, dist, a, b),
+                tags=frozenset({"source"}),
+            )
+        )
     cs.append(
         Case(
             "clamp",
@@ -440,6 +448,13 @@ def _unary_case(fn: str) -> Term:
     f = ops.unary(fn)
     into = _DOMAIN.get(fn)
     return (f if into is None else into() >> f).over(_a("r", 7), _a("c", 13))
+
+
+def _random_case(dist: str, a: float, b: float) -> Term:
+    """Draws over [7, 13] added to the input (so the case has one, as every case does)."""
+    r, c = _a("r", 7), _a("c", 13)
+    draw = ops.prim(ops.Random((r, c), dist, 5, a, b))
+    return identity([r, c]) @ draw >> ops.add()
 
 
 def _activation_case(fn: str, alpha: float, beta: float) -> Term:

@@ -23,6 +23,7 @@ from ncd.op import Op, registrar
 from ncd.primitives import batchnorm as BN
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
+from ncd.primitives import random as RND
 from ncd.primitives import routing as R
 from ncd.primitives import window as W
 from ncd.walk import rule_for
@@ -83,6 +84,13 @@ def _unary(op: L.Unary, node: Node, size: Size) -> dict[str, sp.Expr]:
 def _activation(op: L.Activation, node: Node, size: Size) -> dict[str, sp.Expr]:
     # leaky_relu is a select; the others an exponential each
     return {"vector" if op.fn == "leaky_relu" else "special": _out(node, size)}
+
+
+@rule(RND.Random)
+def _random(op: RND.Random, node: Node, size: Size) -> dict[str, sp.Expr]:
+    # the hash is integer work; a normal draw adds a log, a sqrt and a cosine
+    n = _out(node, size)
+    return {"vector": n, **({"special": 3 * n} if op.dist == "normal" else {})}
 
 
 @rule(L.Binary, L.Scalar, L.Scale, L.CausalMask, L.Dropout)

@@ -21,6 +21,7 @@ from ncd.op import registrar
 from ncd.primitives import batchnorm as BN
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
+from ncd.primitives import random as RND
 from ncd.primitives import window as W
 from ncd_torch import _functional as fn
 
@@ -246,24 +247,81 @@ def _fmix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
+def counter_bits(
+    ndim: int, dims: list[int], sizes: list[int], k: int, device: torch.device
+) -> torch.Tensor:
+    """``ncd.counter_rng.bits`` under key ``k`` of a value of ``ndim`` dims (int64, broadcast
+    along the dims it does not vary on): positions row-major over the dims ``dims`` (the
+    value's axes in canonical order, of ``sizes``), two fmix32 rounds."""
+    pos = torch.zeros((), dtype=torch.int64, device=device)
+    for d, n in zip(dims, sizes, strict=True):
+        shape = [1] * ndim
+        shape[d] = n
+        ramp = torch.arange(n, dtype=torch.int64, device=device).reshape(shape)
+        pos = ((pos * n) & 0xFFFFFFFF) + ramp
+    h = _fmix32((pos & 0xFFFFFFFF) ^ k)
+    return _fmix32((h + k) & 0xFFFFFFFF)
+
+
 def counter_dropout(
     x: torch.Tensor, dims: list[int], sizes: list[int], p: float, seed: int
 ) -> torch.Tensor:
-    """Seeded dropout as ``ncd.counter_rng`` draws it: positions row-major over the dims
-    ``dims`` (the value's axes in canonical order, of ``sizes``), two fmix32 rounds."""
+    """Seeded dropout as ``ncd.counter_rng`` draws it (``counter_bits`` of the seed's key)."""
     from ncd import counter_rng
 
-    pos = torch.zeros((), dtype=torch.int64, device=x.device)
-    for d, n in zip(dims, sizes, strict=True):
-        shape = [1] * x.dim()
-        shape[d] = n
-        ramp = torch.arange(n, dtype=torch.int64, device=x.device).reshape(shape)
-        pos = ((pos * n) & 0xFFFFFFFF) + ramp
-    k = counter_rng.key(seed)
-    h = _fmix32((pos & 0xFFFFFFFF) ^ k)
-    h = _fmix32((h + k) & 0xFFFFFFFF)
+    h = counter_bits(x.dim(), dims, sizes, counter_rng.key(seed), x.device)
     keep = (h >= counter_rng.threshold(p)).expand(x.shape)
     return torch.where(keep, x * counter_rng.scale(p), torch.zeros((), dtype=x.dtype))
+
+
+class CounterRandom(torch.nn.Module):
+    """``ops.uniform``/``normal``/``bernoulli`` as ``ncd.primitives.random`` draws them, in
+    float64 then cast to ``dtype``, on the device of a 0-d buffer (not saved)."""
+
+    def __init__(
+        self, dist: str, a: float, b: float, seed: int, dims: list[int], dtype: torch.dtype
+    ) -> None:
+        super().__init__()
+        self.dist, self.a, self.b, self.seed, self.dims = dist, a, b, seed, dims
+        self.anchor: torch.Tensor
+        self.register_buffer("anchor", torch.zeros((), dtype=dtype), persistent=False)
+
+    def forward(self, *sizes: int) -> torch.Tensor:
+        from ncd import counter_rng
+        from ncd.primitives.random import stream_keys
+
+        k1, k2 = stream_keys(self.seed)
+        order = [sizes[d] for d in self.dims]
+        dev, n = self.anchor.device, len(sizes)
+        h = counter_bits(n, self.dims, order, k1, dev).expand(*sizes)
+        if self.dist == "bernoulli":
+            out = (h < counter_rng.threshold(self.a)).to(torch.float64)
+        else:
+            u = ((h >> 8).to(torch.float64) + 0.5) * 2.0**-24
+            if self.dist == "uniform":
+                out = self.a + (self.b - self.a) * u
+            else:
+                v = counter_bits(n, self.dims, order, k2, dev).expand(*sizes)
+                v = ((v >> 8).to(torch.float64) + 0.5) * 2.0**-24
+                out = self.a + self.b * torch.sqrt(-2.0 * torch.log(u)) * torch.cos(
+                    2.0 * math.pi * v
+                )
+        return out.to(self.anchor.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dist}, a={self.a:g}, b={self.b:g}, seed={self.seed}"
+
+
+@torch_rule(RND.Random)
+def _random(op: RND.Random, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    from ncd import counter_rng
+    from ncd_torch._dtypes import torch_dtype
+
+    order = counter_rng.canonical(op.axes_)
+    dims = [op.axes_.index(a) for a in order]
+    dtype = torch_dtype(op.format, f"{op.label}'s format")
+    draw = CounterRandom(op.dist, op.a, op.b, op.seed, dims, dtype)
+    return [em.submodule("random", draw, *(em.size(a) for a in op.axes_))]
 
 
 @torch_rule(L.View)

@@ -22,6 +22,7 @@ from ncd.graph import Node
 from ncd.primitives import batchnorm as BN
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
+from ncd.primitives import random as RND
 from ncd.primitives import window as W
 
 __all__ = ["BINARY_C", "CODEGEN_RULES", "UNARY_C", "Rule", "codegen_rule"]
@@ -187,6 +188,34 @@ def _scale(gen: KernelGen, node: Node, index: Index) -> Expr:
     return _ins(gen, node, index) * gen.lit(float(n) ** op.power)
 
 
+def _u32(e: Expr | int) -> Expr:
+    return ir.Const(e, "uint32") if isinstance(e, int) else ir.Convert(e, "uint32")
+
+
+def _counter_bits(gen: KernelGen, node: Node, index: Index, k: int) -> Expr:
+    """``ncd.counter_rng.bits`` of the element at ``index`` of the node's output under key
+    ``k``: its position (row-major over the canonical axes, mod 2^32), two fmix32 rounds."""
+    from ncd import counter_rng as R
+
+    pos: Expr = _u32(0)
+    for a in R.canonical(gen.graph.values[node.outputs[0]].axes):  # Horner, mod 2^32
+        pos = pos * _u32(gen.ix(gen.size(a))) + _u32(gen.ix(index[a]))
+    h = gen.var(ir.Bin("^", pos, _u32(k)), "h", "uint32")
+
+    def shift(n: int) -> None:
+        gen.w.line(ir.Assign(h, ir.Bin(">>", h, ir.Const(n, "int32")), "^="))
+
+    for rnd in range(2):  # two fmix32 rounds
+        shift(16)
+        gen.w.line(ir.Assign(h, _u32(R.M1), "*="))
+        shift(13)
+        gen.w.line(ir.Assign(h, _u32(R.M2), "*="))
+        shift(16)
+        if rnd == 0:
+            gen.w.line(ir.Assign(h, _u32(k), "+="))
+    return h
+
+
 @codegen_rule(L.Dropout)
 def _dropout(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Dropout = node.op  # type: ignore[assignment]
@@ -195,28 +224,32 @@ def _dropout(gen: KernelGen, node: Node, index: Index) -> Expr:
         return x  # inference: the identity (unseeded training dropout is not compiled)
     from ncd import counter_rng as R
 
-    def u32(e: Expr | int) -> Expr:
-        return ir.Const(e, "uint32") if isinstance(e, int) else ir.Convert(e, "uint32")
-
-    pos: Expr = u32(0)
-    for a in R.canonical(gen.graph.values[node.outputs[0]].axes):  # Horner, mod 2^32
-        pos = pos * u32(gen.ix(gen.size(a))) + u32(gen.ix(index[a]))
-    k = u32(R.key(op.seed))
-    h = gen.var(ir.Bin("^", pos, k), "h", "uint32")
-
-    def shift(n: int) -> None:
-        gen.w.line(ir.Assign(h, ir.Bin(">>", h, ir.Const(n, "int32")), "^="))
-
-    for rnd in range(2):  # two fmix32 rounds
-        shift(16)
-        gen.w.line(ir.Assign(h, u32(R.M1), "*="))
-        shift(13)
-        gen.w.line(ir.Assign(h, u32(R.M2), "*="))
-        shift(16)
-        if rnd == 0:
-            gen.w.line(ir.Assign(h, k, "+="))
-    keep = h.cmp(">=", u32(R.threshold(op.p)))
+    h = _counter_bits(gen, node, index, R.key(op.seed))
+    keep = h.cmp(">=", _u32(R.threshold(op.p)))
     return ir.Select(keep, x * gen.lit(repr(R.scale(op.p))), gen.lit(0.0))
+
+
+@codegen_rule(RND.Random)
+def _random(gen: KernelGen, node: Node, index: Index) -> Expr:
+    op: RND.Random = node.op  # type: ignore[assignment]
+    from ncd import counter_rng as R
+
+    k1, k2 = RND.stream_keys(op.seed)
+    h = _counter_bits(gen, node, index, k1)
+    if op.dist == "bernoulli":
+        return ir.Select(h.cmp("<", _u32(R.threshold(op.a))), gen.lit(1.0), gen.lit(0.0))
+
+    def uniform(bits: Expr) -> Expr:
+        top = ir.Convert(ir.Bin(">>", bits, ir.Const(8, "int32"), "uint32"), gen.cdtype)
+        return (top + gen.lit(0.5)) * gen.lit(repr(2.0**-24))
+
+    u = uniform(h)
+    if op.dist == "uniform":
+        return gen.lit(op.a) + gen.lit(op.b - op.a) * u
+    v = uniform(_counter_bits(gen, node, index, k2))
+    radius = gen.call("sqrt", gen.lit(-2.0) * gen.call("log", u))
+    turn = gen.call("cos", gen.lit(repr(2.0 * math.pi)) * v)
+    return gen.lit(op.a) + gen.lit(op.b) * radius * turn
 
 
 @codegen_rule(L.Cast)

@@ -40,6 +40,7 @@ from ncd.primitives.library import (
     Unary,
     View,
 )
+from ncd.primitives.random import Random
 from ncd.primitives.window import Window
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "Param",
     "Product",
     "RMSNorm",
+    "Random",
     "Reduce",
     "Rotary",
     "Scalar",
@@ -88,6 +90,7 @@ __all__ = [
     "atan",
     "atanh",
     "batch_norm",
+    "bernoulli",
     "binary",
     "cast",
     "causal_mask",
@@ -129,6 +132,7 @@ __all__ = [
     "mish",
     "mul",
     "neg",
+    "normal",
     "pad",
     "pow",
     "prim",
@@ -163,6 +167,7 @@ __all__ = [
     "tanh",
     "trunc",
     "unary",
+    "uniform",
     "where",
     "window",
 ]
@@ -731,3 +736,54 @@ def batch_norm(
     """Batch norm in eval form over the channel axis: ``(x - running_mean) / sqrt(running_var
     + eps) * weight + bias``, parameters named as PyTorch's ``BatchNorm1d/2d``."""
     return prim(BatchNorm(_Names({}).axis(axis), eps, affine, name=name))
+
+
+def _draw(
+    dist: str,
+    axes: AxisLike | Sequence[AxisLike],
+    a: float,
+    b: float,
+    seed: int,
+    name: str,
+    sized: dict[str, AxisLike | int],
+) -> Term:
+    return prim(Random(_Names(sized).axes(axes), dist, seed, float(a), float(b), name=name))
+
+
+def uniform(
+    axes: AxisLike | Sequence[AxisLike],
+    low: float = 0.0,
+    high: float = 1.0,
+    *,
+    seed: int = 0,
+    name: str = "",
+    **sizes: AxisLike | int,
+) -> Term:
+    """Uniform draws in ``(low, high)`` over ``axes``, the same in every backend for a seed
+    (``ncd.counter_rng``): ``ops.uniform("seq d", seed=3, seq=7, d=13)``."""
+    return _draw("uniform", axes, low, high, seed, name, sizes)
+
+
+def normal(
+    axes: AxisLike | Sequence[AxisLike],
+    mean: float = 0.0,
+    std: float = 1.0,
+    *,
+    seed: int = 0,
+    name: str = "",
+    **sizes: AxisLike | int,
+) -> Term:
+    """Normal draws (Box-Muller on two counter-based uniforms) over ``axes``."""
+    return _draw("normal", axes, mean, std, seed, name, sizes)
+
+
+def bernoulli(
+    axes: AxisLike | Sequence[AxisLike],
+    p: float = 0.5,
+    *,
+    seed: int = 0,
+    name: str = "",
+    **sizes: AxisLike | int,
+) -> Term:
+    """1.0 with probability ``p``, else 0.0, over ``axes`` (the draws of dropout's mask)."""
+    return _draw("bernoulli", axes, p, 0.0, seed, name, sizes)
