@@ -44,6 +44,7 @@ IMPORT_TESTS = tuple(
         "shared_weights",
         "elementwise",
         "import_elementwise",
+        "nn_convnets",
     )
 )
 PLUGINS = ("torch", "opencl", "cuda", "diagram", "perf")

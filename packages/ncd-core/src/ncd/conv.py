@@ -22,6 +22,7 @@ __all__ = [
     "avg_pool1d",
     "avg_pool2d",
     "batch_norm",
+    "cnn",
     "conv1d",
     "conv2d",
     "conv3d",
@@ -30,6 +31,7 @@ __all__ = [
     "instance_norm",
     "max_pool1d",
     "max_pool2d",
+    "resnet_block",
 ]
 
 AxisArg = Axis | int | str | None
@@ -491,3 +493,100 @@ def instance_norm(
             "Axis the layer before produces, e.g. c = ncd.Axis('c', size=16)."
         )
     return group_norm(channels.size, channels, over, eps=eps, affine=affine, name=name)
+
+
+def resnet_block(
+    c_in: AxisArg = "c_in",
+    c_out: AxisArg = None,
+    *,
+    stride: int = 1,
+    height: AxisArg = "h",
+    width: AxisArg = "w",
+    label: str = "block",
+) -> Term:
+    """torchvision's ``BasicBlock`` in eval form over ``[c_in h w]``: ``conv1`` (3x3, stride,
+    no bias) ``bn1`` ReLU ``conv2`` (3x3) ``bn2``, plus the input (through ``downsample.0``, a
+    1x1 conv with the stride, and ``downsample.1``, a batch norm, when the stride or the
+    channels change), then ReLU; the parameters named as torchvision's so its ``state_dict``
+    loads. The output is ``[c_out h_out w_out]``."""
+    ci = _ax("c_in", c_in)
+    co = Axis("c_out", size=ci.size) if c_out is None else _ax("c_out", c_out)
+    s = _pair("resnet_block: stride", stride, 1, 1)[0]
+    h, w = _ax("h", height), _ax("w", width)
+    mid = Axis("c_mid", size=co.size)
+    h1, w1 = Axis("h_mid", size=None), Axis("w_mid", size=None)
+    h2, w2 = Axis("h_out", size=None), Axis("w_out", size=None)
+    shortcut = s != 1 or ci.size != co.size
+
+    @trace(inputs=[ArrayType((ci, h, w))], name="resnet_block", label=label)
+    def body(x: Tensor) -> Tensor:
+        def conv(c1: Axis, c2: Axis, k: int, st: int, p: int, hs: tuple[Axis, ...], n: str) -> Any:
+            return conv2d(
+                c1,
+                c2,
+                k,
+                stride=st,
+                padding=p,
+                bias=False,
+                height=hs[0],
+                width=hs[1],
+                height_out=hs[2],
+                width_out=hs[3],
+                name=n,
+            )
+
+        y = conv(ci, mid, 3, s, 1, (h, w, h1, w1), "conv1")(x)
+        y = ops.relu()(batch_norm(mid, name="bn1")(y))
+        y = conv(mid, co, 3, 1, 1, (h1, w1, h2, w2), "conv2")(y)
+        y = batch_norm(co, name="bn2")(y)
+        if shortcut:
+            hd, wd = Axis("h_down", size=None), Axis("w_down", size=None)
+            r = conv(ci, co, 1, s, 0, (h, w, hd, wd), "downsample.0")(x)
+            r = batch_norm(co, name="downsample.1")(r)
+            r = ops.rename(wd, w2)(ops.rename(hd, h2)(r))
+        else:
+            r = ops.rename(w, w2)(ops.rename(h, h2)(ops.rename(ci, co)(x)))
+        out: Tensor = ops.relu()(y + r)
+        return out
+
+    return body
+
+
+def cnn(
+    classes: int = 10,
+    *,
+    c_in: int = 1,
+    size: int = 28,
+    label: str = "cnn",
+) -> Term:
+    """A LeNet-sized conv net over ``[c h w]`` images (``c_in`` channels, ``size`` square, at
+    least 16): ``conv1`` 5x5 to 6 channels (padding 2), ReLU, 2x2 max pool, ``conv2`` 5x5 to
+    16, ReLU, 2x2 max pool, then ``fc1`` (to 120) ReLU ``fc2`` (84) ReLU ``fc3`` (``classes``)
+    over the pooled features, as LeNet-5; ``fc1``'s weight is ``(120, 16, h', w')``, torch's
+    ``(120, 16 h' w')`` reshaped."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 16:
+        raise DefinitionError(
+            f"cnn: size must be an int >= 16 (two 5x5 convolutions and two 2x2 pools), got "
+            f"{show(size)}. Fix: pass size=28 (MNIST) or 32 (CIFAR)."
+        )
+    c0, c1, c2 = Axis("c", size=c_in), Axis("c1", size=6), Axis("c2", size=16)
+    h, w = Axis("h", size=size), Axis("w", size=size)
+    a = [Axis(f"{n}{k}", size=None) for k in range(1, 5) for n in ("h", "w")]
+    hid, hid2, out = Axis("hidden", size=120), Axis("hidden2", size=84), Axis("class", size=classes)
+
+    @trace(inputs=[ArrayType((c0, h, w))], name="cnn", label=label)
+    def body(x: Tensor) -> Tensor:
+        x = conv2d(
+            c0, c1, 5, padding=2, height=h, width=w, height_out=a[0], width_out=a[1], name="conv1"
+        )(x)
+        x = max_pool2d(2, height=a[0], width=a[1], height_out=a[2], width_out=a[3])(ops.relu()(x))
+        x = conv2d(
+            c1, c2, 5, height=a[2], width=a[3], height_out=a[4], width_out=a[5], name="conv2"
+        )(x)
+        x = max_pool2d(2, height=a[4], width=a[5], height_out=a[6], width_out=a[7])(ops.relu()(x))
+        x = ops.relu()(ops.linear([c2, a[6], a[7]], [hid], name="fc1")(x))
+        x = ops.relu()(ops.linear([hid], [hid2], name="fc2")(x))
+        y: Tensor = ops.linear([hid2], [out], name="fc3")(x)
+        return y
+
+    return body
