@@ -7,7 +7,7 @@ Axes are written by name in strings (fresh template axes, bound when composed) o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ncd._term import Prim, Term, call_site
 from ncd.axis import Axis, AxisLike, show
@@ -311,7 +311,7 @@ def minimum(const: float | None = None, *, name: str = "") -> Term:
     return _bin("min", const, False, name)
 
 
-def _unary_ctor(fn: str) -> object:
+def _unary_ctor(fn: str) -> Callable[..., Term]:
     def make(*, name: str = "") -> Term:
         return unary(fn, name=name)
 
