@@ -45,6 +45,7 @@ IMPORT_TESTS = tuple(
         "elementwise",
         "import_elementwise",
         "nn_convnets",
+        "import_reduce",
     )
 )
 PLUGINS = ("torch", "opencl", "cuda", "diagram", "perf")

@@ -35,7 +35,7 @@ MISUSES: list[tuple[str, Callable[[], Any]]] = [
     ("unknown unary", lambda: ops.unary("expp")),
     ("unknown binary", lambda: ops.binary("plus")),
     ("unknown scalar fn", lambda: ops.scalar("plus", 1.0)),
-    ("unknown reduce fn", lambda: ops.reduce("prod", "d")),
+    ("unknown reduce fn", lambda: ops.reduce("median", "d")),
     ("unknown gelu approximation", lambda: ops.gelu(approximate="fast")),
     ("unknown learned init", lambda: ops.learned("d", init="xavier")),
     ("unknown causal fill", lambda: ops.causal_mask(fill="-1")),

@@ -751,10 +751,29 @@ def _reduce(t: Tape, op: L.Reduce, xs: list[int], ys: list[int], cts: Any, need:
         return [t.fit(ct, full)]
     if op.fn == "mean":
         return [t.one(L.Scale(op.axes_, -1.0), t.fit(ct, full))]
+    if op.fn == "prod":  # d prod / dx_i = prod_{j != i} x_j, exact where some x_j = 0
+        return [t.fit(t.bin("mul", ct, _exclusive(t, x, op.axes_)), full)]
     # max / min: the cotangent goes to every position that attains the extremum
     gap = t.bin("sub", y, x) if op.fn == "max" else t.bin("sub", x, y)
     hit = t.sc("sub", t.step(gap), 1.0, reverse=True)
     return [t.bin("mul", hit, ct)]
+
+
+def _exclusive(t: Tape, x: int, axes: Sequence[Axis]) -> int:
+    """The product over ``axes`` of every element of ``x`` but the one at each position (not
+    ``prod / x_i``, which is 0/0 at a zero). Over several axes: the product over the rest of the
+    other rows of the first axis, times the exclusive product within the position's own row."""
+    a, rest = axes[0], tuple(axes[1:])
+    if rest:
+        own = _exclusive(t, x, rest)
+        rows = _exclusive(t, t.reduce("prod", x, rest), (a,))
+        return t.bin("mul", own, rows)
+    other = Axis(f"{a.name}_other", size=a.size)
+    x_other = t.one(L.View((a,), (other,), ((a,),), ((a,),), ()), x)
+    fmt = t.like(x)
+    skip = t.bin("ne", t.one(X.Arange(a, dtype=fmt)), t.one(X.Arange(other, dtype=fmt)))
+    kept = t.one(X.Where(), skip, x_other, t.const(1.0, (), x))
+    return t.reduce("prod", kept, (other,))
 
 
 @_vjp(L.Softmax)

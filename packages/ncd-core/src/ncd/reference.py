@@ -159,6 +159,7 @@ REDUCE: dict[str, Callable[..., Array]] = {
     "max": np.max,
     "min": np.min,
     "mean": np.mean,
+    "prod": np.prod,
 }
 
 

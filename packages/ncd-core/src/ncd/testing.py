@@ -228,6 +228,7 @@ def _cases() -> list[Case]:
     )
     for fn in ops.REDUCE_FNS:
         cs.append(Case(f"reduce_{fn}", functools.partial(_reduce_case, fn)))
+    cs.extend(_composed_reduction_cases())
     cs.append(Case("reduce_two_axes", lambda: ops.sum([_a("a", 7), _a("b", 13)]).over(_a("r", 1))))
     cs.append(Case("softmax_13", lambda: ops.softmax(_a("x", 13)).over(_a("r", 7))))
     cs.append(Case("softmax_1", lambda: ops.softmax(_a("x", 1)).over(_a("r", 7))))
@@ -467,6 +468,37 @@ def _scalar_case(fn: str) -> Term:
 
 def _reduce_case(fn: str) -> Term:
     return ops.reduce(fn, _a("c", 13)).over(_a("r", 7))
+
+
+#: issue 15's reductions, each over the axis ``c`` given (lifted over ``r``)
+_REDUCTIONS: dict[str, Callable[[Axis], Term]] = {
+    "logsumexp": ops.logsumexp,
+    "argmax": ops.argmax,
+    "argmin": ops.argmin,
+    "cumsum": lambda c: ops.cumsum(c, "c_cum"),
+    "cumprod": ops.cumprod,
+    "var_biased": lambda c: ops.var(c, correction=0),
+    "max_with_indices": ops.max_with_indices,
+}
+
+
+def _reduction_case(kind: str, n: int, rows: int = 7) -> Term:
+    return _REDUCTIONS[kind](_a("c", n)).over(_a("r", rows))
+
+
+def _composed_reduction_cases() -> list[Case]:
+    """logsumexp, var/std, argmax/argmin, cumsum/cumprod (compositions) and prod over two axes
+    (issue 15) at awkward sizes."""
+    P = functools.partial
+    built: list[tuple[str, Callable[[], Term]]] = [
+        (f"{kind}_{n}", P(_reduction_case, kind, n)) for kind in _REDUCTIONS for n in (1, 7, 13)
+    ]
+    built += [
+        ("var_13", lambda: ops.var(_a("c", 13)).over(_a("r", 7))),
+        ("std_7", lambda: ops.std(_a("c", 7)).over(_a("r", 13))),
+        ("prod_two_axes", lambda: ops.prod([_a("a", 3), _a("b", 5)]).over(_a("r", 7))),
+    ]
+    return [Case(name, build, tags=frozenset({"reduction"})) for name, build in built]
 
 
 def _learned_add() -> Term:

@@ -57,8 +57,6 @@ ADVICE: dict[str, str] = {
     "input's sizes off the gathered dim (ops.gather)",
     "aten.where": "where on activations is not supported yet (masks of shape-only values are "
     "evaluated at import)",
-    "aten.cumsum": "cumsum of an activation is not supported (cumsum of shape-only values, such "
-    "as position ids, is evaluated at import)",
     "aten.expand": "expand of an activation is not supported yet (let broadcasting do it)",
     "aten.repeat": "repeat of an activation is not supported yet (let broadcasting do it)",
     "aten.unsqueeze": "unsqueeze of an activation is not supported yet (let broadcasting do it)",
@@ -70,9 +68,10 @@ ADVICE: dict[str, str] = {
     "format, which vanish)",
     "output": "a model returns tensors computed from its inputs: wrap the module so that it "
     "returns only those (HF: .logits, called with use_cache=False)",
-    "aten.argmax": "data-dependent selection (argmax, topk, sort) is not supported",
-    "aten.topk": "data-dependent selection (argmax, topk, sort) is not supported",
-    "aten.sort": "data-dependent selection (argmax, topk, sort) is not supported",
+    "aten.topk": "data-dependent selection (topk, sort) is not supported (argmax/argmin and "
+    "max/min along a dim import)",
+    "aten.sort": "data-dependent selection (topk, sort) is not supported (argmax/argmin and "
+    "max/min along a dim import)",
 }
 
 _FORMS = "imports only in the forms docs/torch.md lists: rewrite this use, or build it with ncd.ops"

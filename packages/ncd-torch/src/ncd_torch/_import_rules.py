@@ -1058,5 +1058,6 @@ def _additive_mask(c: Capture, node: Any, a: Any, b: Any) -> bool:
 
 import ncd_torch._import_conv  # noqa: E402, F401  (registers the conv and pooling rules)
 
-# registers slice, cat and rotary (llama), and select, index, index_select and gather (index)
-from ncd_torch import _import_index, _import_llama  # noqa: E402
+# registers slice, cat and rotary (llama), select, index, index_select and gather (index), and
+# issue 15's reductions (reduce: prod, logsumexp, var/std, argmax/argmin, max/min, cumsum)
+from ncd_torch import _import_index, _import_llama, _import_reduce  # noqa: E402, F401

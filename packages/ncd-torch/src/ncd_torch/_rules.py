@@ -173,6 +173,10 @@ def _scale(op: L.Scale, xs: list[Node], ps: dict[str, Node], em: Emitter) -> lis
 def _reduce(op: L.Reduce, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
     if not op.axes_:  # torch reads an empty dim list as "every dim"
         return [xs[0]]
+    if op.fn == "prod":  # torch.prod takes one dim: the trailing ones flattened first
+        k = len(op.axes_)
+        x = em.call(torch.flatten, xs[0], -k) if k > 1 else xs[0]
+        return [em.call(torch.prod, x, -1)]
     return [em.call(REDUCE[op.fn], xs[0], dim=_trailing(len(op.axes_)))]
 
 

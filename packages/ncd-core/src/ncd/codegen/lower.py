@@ -338,15 +338,22 @@ class KernelGen:
         hint: str = "acc",
         nan: bool = True,
     ) -> Expr:
-        """``kind`` (sum | max | min) of ``term(index)`` over ``axes``; a scalar variable.
+        """``kind`` (sum | max | min | prod) of ``term(index)`` over ``axes``; a scalar variable.
         ``nan=False``: a max/min that may drop NaN operands (``fmax_any``)."""
-        init = {"sum": self.lit(0.0), "max": self.lit(-math.inf), "min": self.lit(math.inf)}[kind]
+        init = {
+            "sum": self.lit(0.0),
+            "max": self.lit(-math.inf),
+            "min": self.lit(math.inf),
+            "prod": self.lit(1.0),
+        }[kind]
         fn = "f" + kind + ("" if nan else "_any")
 
         def step(acc: ir.Var, t: Expr | str) -> ir.Stmt:
             value = ir.as_expr(t, acc.type)
             if kind == "sum":
                 return ir.Assign(acc, value, "+=")
+            if kind == "prod":
+                return ir.Assign(acc, value, "*=")
             return ir.Assign(acc, self.call(fn, acc, value))
 
         if self.vec is not None and tuple(axes) == (self.vec,):
@@ -393,12 +400,14 @@ class KernelGen:
         return render_stmt(s, self.dialect)
 
     def across_lanes(self, vec: Expr, kind: str, nan: bool = True) -> Expr:
-        """The scalar ``kind`` (sum | max | min) of the lanes of vector ``vec``."""
+        """The scalar ``kind`` (sum | max | min | prod) of the lanes of vector ``vec``."""
         lanes: list[Expr] = [ir.Lane(vec, k) for k in range(self.dialect.vector_width)]
         total = lanes[0]
         for lane in lanes[1:]:
             if kind == "sum":
                 total = total + lane
+            elif kind == "prod":
+                total = total * lane
             else:
                 total = self.call("f" + kind + ("" if nan else "_any"), total, lane)
         return total

@@ -157,7 +157,7 @@ STREAM_ACCUMULATORS: dict[type, StreamAccumulator] = {
 }
 
 
-COMPLETING = frozenset({"sum", "mean", "max", "min", "online_softmax", "l2"})
+COMPLETING = frozenset({"sum", "mean", "max", "min", "prod", "online_softmax", "l2"})
 MAX_ACC_ELEMS = 4096  # a work-item's accumulators live in private memory (the stack on a CPU)
 
 
@@ -299,7 +299,7 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
                 return None  # homogeneous maps between normaliser and contraction: pointwise
             acc.norm = parts[0]
             acc.state = STREAM_ACCUMULATORS[type(acc.norm.op)].init(gen, acc.norm)
-        init = {"max": gen.lit(-math.inf), "min": gen.lit(math.inf)}.get(
+        init = {"max": gen.lit(-math.inf), "min": gen.lit(math.inf), "prod": gen.lit(1.0)}.get(
             getattr(node.op, "fn", ""), gen.lit(0.0)
         )
         acc.declare(gen, init)
@@ -564,6 +564,8 @@ def _step(gen: KernelGen, acc: _Acc, x: Axis, xenv: dict[Axis, Expr]) -> None:
         t = gen.load(node.inputs[0], e) if isinstance(node.op, L.Reduce) else _term(gen, node, x, e)
         if fn in ("max", "min"):
             w.line(ir.Assign(el, gen.call("f" + fn, el, t)))
+        elif fn == "prod":
+            w.line(ir.Assign(el, t, "*="))
         else:
             w.line(ir.Assign(el, t, "+="))
 

@@ -13,6 +13,17 @@ from ncd._term import Prim, Term, call_site
 from ncd.axis import Axis, AxisLike, show
 from ncd.errors import DefinitionError
 from ncd.op import OP_KINDS, Op, Param, Product, register_op
+from ncd.ops._reductions import (
+    argmax,
+    argmin,
+    cumprod,
+    cumsum,
+    logsumexp,
+    max_with_indices,
+    min_with_indices,
+    std,
+    var,
+)
 from ncd.primitives.batchnorm import BatchNorm
 from ncd.primitives.indexing import Arange, Concat, Gather, Rotary, Slice, Where
 from ncd.primitives.library import (
@@ -85,6 +96,8 @@ __all__ = [
     "acosh",
     "add",
     "arange",
+    "argmax",
+    "argmin",
     "asin",
     "asinh",
     "atan",
@@ -101,6 +114,8 @@ __all__ = [
     "constant",
     "cos",
     "cosh",
+    "cumprod",
+    "cumsum",
     "div",
     "dropout",
     "einsum",
@@ -124,10 +139,13 @@ __all__ = [
     "log",
     "log1p",
     "logsigmoid",
+    "logsumexp",
     "max",
+    "max_with_indices",
     "maximum",
     "mean",
     "min",
+    "min_with_indices",
     "minimum",
     "mish",
     "mul",
@@ -136,6 +154,7 @@ __all__ = [
     "pad",
     "pow",
     "prim",
+    "prod",
     "rearrange",
     "recip",
     "reduce",
@@ -161,6 +180,7 @@ __all__ = [
     "softsign",
     "sqrt",
     "square",
+    "std",
     "sub",
     "sum",
     "tan",
@@ -168,6 +188,7 @@ __all__ = [
     "trunc",
     "unary",
     "uniform",
+    "var",
     "where",
     "window",
 ]
@@ -437,6 +458,11 @@ def min(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:
 
 def mean(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:
     return reduce("mean", over, name=name)
+
+
+def prod(over: AxisLike | Sequence[AxisLike], *, name: str = "") -> Term:
+    """The product over the given axes (1 over no elements; NaN and inf as IEEE products)."""
+    return reduce("prod", over, name=name)
 
 
 def scale(by: AxisLike | Sequence[AxisLike], power: float = -0.5, *, name: str = "") -> Term:

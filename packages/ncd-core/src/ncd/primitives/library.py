@@ -111,7 +111,7 @@ BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow", "lt", "le", "gt",
 #: the comparisons of ``BINARY_FNS``: 1.0 where ``a op b`` holds, else 0.0, in the operands'
 #: float format (IEEE: any comparison with NaN is false but ``ne``); no gradient
 COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-REDUCE_FNS = ("sum", "max", "mean", "min")
+REDUCE_FNS = ("sum", "max", "mean", "min", "prod")
 
 
 #: the Fix of an eps out of range
