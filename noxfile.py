@@ -46,6 +46,7 @@ IMPORT_TESTS = tuple(
         "import_elementwise",
         "nn_convnets",
         "import_reduce",
+        "import_shape",
     )
 )
 PLUGINS = ("torch", "opencl", "cuda", "diagram", "perf")

@@ -35,6 +35,7 @@ FRONT_END = {
     "serialize.py",  # loading a model gives a term (GraphTerm) back
     "ops/__init__.py",
     "ops/_reductions.py",  # logsumexp, var/std, argmax, cumsum built from ops
+    "ops/_shape.py",  # flip, roll, edge pads, tile, repeat_interleave, stack from ops
     "conv.py",  # nn.conv1d/conv2d and pooling built from windows and einsums
     "_llama.py",  # nn.llama and its blocks
     "_bert.py",  # nn.bert and its layers

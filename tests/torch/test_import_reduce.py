@@ -4,45 +4,14 @@ within 1e-4 of torch, with non-finite rows where torch defines them, and exports
 
 from __future__ import annotations
 
-import importlib.util
-import warnings
-
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from roundtrip import check as _check  # noqa: E402
 from torch import nn  # noqa: E402
 
 import ncd  # noqa: E402
-from ncd_torch import from_torch, to_module  # noqa: E402
-
-OPENCL = importlib.util.find_spec("pyopencl") is not None
-
-
-def _outs(y: object) -> list[np.ndarray]:
-    ys = list(y) if isinstance(y, tuple | list) else [y]
-    return [np.asarray(v.detach().numpy() if hasattr(v, "detach") else v) for v in ys]
-
-
-def _check(module: nn.Module, x: torch.Tensor, *, opencl: bool = True) -> None:
-    module.eval()
-    want = [w.astype(np.float64) for w in _outs(module(x))]
-    model, params = from_torch(module, (x,))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        got = _outs(ncd.run(model, x.numpy(), params=params))
-    close = dict(rtol=1e-4, atol=1e-4, equal_nan=True)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(g, w, **close)
-    back = to_module(model, params=params)
-    for g, w in zip(_outs(back(x)), want, strict=True):
-        np.testing.assert_allclose(g, w, **close)
-    if opencl and OPENCL:
-        from ncd_opencl.backend import OpenCLExecutable
-
-        got = _outs(OpenCLExecutable(model)(x.numpy(), params=params))
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_allclose(g, w, **close)
+from ncd_torch import from_torch  # noqa: E402
 
 
 class Mixed(nn.Module):

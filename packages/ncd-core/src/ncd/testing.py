@@ -229,6 +229,7 @@ def _cases() -> list[Case]:
     for fn in ops.REDUCE_FNS:
         cs.append(Case(f"reduce_{fn}", functools.partial(_reduce_case, fn)))
     cs.extend(_composed_reduction_cases())
+    cs.extend(_shape_cases())
     cs.append(Case("reduce_two_axes", lambda: ops.sum([_a("a", 7), _a("b", 13)]).over(_a("r", 1))))
     cs.append(Case("softmax_13", lambda: ops.softmax(_a("x", 13)).over(_a("r", 7))))
     cs.append(Case("softmax_1", lambda: ops.softmax(_a("x", 1)).over(_a("r", 7))))
@@ -499,6 +500,38 @@ def _composed_reduction_cases() -> list[Case]:
         ("prod_two_axes", lambda: ops.prod([_a("a", 3), _a("b", 5)]).over(_a("r", 7))),
     ]
     return [Case(name, build, tags=frozenset({"reduction"})) for name, build in built]
+
+
+def _shape_cases() -> list[Case]:
+    """flip, roll, the reflect/replicate/circular pads, tile, repeat_interleave and stack
+    (issue 15) at awkward sizes."""
+
+    def pad(mode: str, n: int, before: int, after: int) -> Term:
+        return ops.pad(_a("l", n), "lp", before=before, after=after, mode=mode).over(_a("r", 7))
+
+    def stack(n: int) -> Term:
+        r, c = _a("r", 7), _a("c", n)
+        return identity((r, c), (c,), (r, c)) >> ops.stack("s", 3)
+
+    P = functools.partial
+    built: list[tuple[str, Callable[[], Term]]] = [
+        ("flip_13", lambda: ops.flip(_a("l", 13)).over(_a("r", 7))),
+        ("flip_2", lambda: ops.flip(_a("l", 2)).over(_a("r", 7))),
+        ("roll_13_5", lambda: ops.roll(_a("l", 13), 5).over(_a("r", 7))),
+        ("roll_7_neg_9", lambda: ops.roll(_a("l", 7), -9).over(_a("r", 13))),
+        ("pad_reflect_13_3_12", P(pad, "reflect", 13, 3, 12)),
+        ("pad_replicate_1_2_3", P(pad, "replicate", 1, 2, 3)),
+        ("pad_replicate_13_0_5", P(pad, "replicate", 13, 0, 5)),
+        ("pad_circular_7_7_2", P(pad, "circular", 7, 7, 2)),
+        ("tile_13_3", lambda: ops.tile(_a("l", 13), "lt", 3).over(_a("r", 7))),
+        (
+            "repeat_interleave_7_2",
+            lambda: ops.repeat_interleave(_a("l", 7), "lr", 2).over(_a("r", 13)),
+        ),
+        ("stack_13", P(stack, 13)),
+        ("stack_1", P(stack, 1)),
+    ]
+    return [Case(name, build, tags=frozenset({"shape"})) for name, build in built]
 
 
 def _learned_add() -> Term:

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ncd import ops as L
+from ncd.ops import _shape
 from ncd.primitives.batchnorm import BatchNorm
 from ncd.primitives.library import Parameter
 from ncd_torch._dtypes import to_numpy
 from ncd_torch._import_rules import import_rule
+from ncd_torch._import_shape import edge_pad
 
 if TYPE_CHECKING:
     from ncd_torch._capture import Capture
@@ -426,12 +428,15 @@ def _pad(c: Capture, node: Any) -> None:
     x = c.plain(node.args[0])
     pads = [int(p) for p in node.args[1]]
     mode = _arg(node, 2, "mode", "constant") if c.aten(node) == "aten.pad" else "constant"
-    if mode != "constant":
-        raise c.unsupported(node, f"mode={mode!r} (constant padding imports)")
-    value = _arg(node, 3 if c.aten(node) == "aten.pad" else 2, "value", 0.0)
-    value = 0.0 if value is None else float(value)
+    if mode not in _shape.PAD_MODES:
+        raise c.unsupported(node, f"mode={mode!r} (constant, reflect, replicate, circular import)")
     if any(p < 0 for p in pads):
         raise c.unsupported(node, "negative padding (a crop)")
+    if mode != "constant":
+        edge_pad(c, node, x, pads, mode)
+        return
+    value = _arg(node, 3 if c.aten(node) == "aten.pad" else 2, "value", 0.0)
+    value = 0.0 if value is None else float(value)
     dims = list(c.dims[x])
     shape = c.shape(node)
     cur = x

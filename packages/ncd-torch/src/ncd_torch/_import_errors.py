@@ -58,7 +58,8 @@ ADVICE: dict[str, str] = {
     "aten.where": "where on activations is not supported yet (masks of shape-only values are "
     "evaluated at import)",
     "aten.expand": "expand of an activation is not supported yet (let broadcasting do it)",
-    "aten.repeat": "repeat of an activation is not supported yet (let broadcasting do it)",
+    "aten.repeat": "x.repeat imports for the dims the input has (a repeat that adds leading "
+    "dims does not: unsqueeze them first, or let broadcasting do it)",
     "aten.unsqueeze": "unsqueeze of an activation is not supported yet (let broadcasting do it)",
     "aten.squeeze": "squeeze imports for broadcast dims and one-wide axes of their own (a "
     "split's piece); a dim folded with another does not",

@@ -16,15 +16,17 @@ if TYPE_CHECKING:
     from ncd_torch._capture import Capture
 
 
-def _emit(c: Capture, node: Any, x: str, term: Term) -> None:
-    """Record ``term``'s ops applied to the captured value ``x`` (its axes the stand-ins)."""
-    axes = [c.axis(v) for v in c._vars(c.dims[x])]
+def _emit(c: Capture, node: Any, x: str, term: Term, dims: list[Any] | None = None) -> str:
+    """Record ``term``'s ops applied to the captured value ``x`` (its axes the stand-ins;
+    ``dims``: those of a value recorded within this rule); the key of the last op."""
+    axes = [c.axis(v) for v in c._vars(c.dims[x] if dims is None else dims)]
     graph = (identity(axes) >> term).graph
     ref = {graph.inputs[0]: x}
     for n in graph.nodes:
         if len(n.outputs) != 1:
-            raise c.unsupported(node, f"a reduction lowering to the multi-output op {n.op.kind}")
+            raise c.unsupported(node, f"a composite op lowering to the multi-output {n.op.kind}")
         ref[n.outputs[0]] = c.op(node, n.op, [ref[v] for v in n.inputs], names=[])
+    return ref[graph.outputs[0]]
 
 
 def _dim(c: Capture, node: Any, x: str, d: Any) -> int:

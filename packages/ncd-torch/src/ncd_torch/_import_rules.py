@@ -270,6 +270,23 @@ def _alias(c: Capture, node: Any) -> None:
     c.alias(node, node.args[0])
 
 
+@import_rule("aten.zeros_like", "aten.ones_like", "aten.full_like")
+def _filled_like(c: Capture, node: Any) -> None:
+    """``torch.zeros_like(x)``, ``ones_like``, ``full_like(x, v)`` of a float activation: an
+    ``ops.constant`` over ``x``'s axes."""
+    x = c.plain(node.args[0])
+    name = c.aten(node)
+    value = {"aten.zeros_like": 0.0, "aten.ones_like": 1.0}.get(name)
+    if value is None:
+        value = node.args[1] if len(node.args) > 1 else node.kwargs.get("fill_value")
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise c.unsupported(node, f"a fill value of type {type(value).__name__}")
+    if c.dtype(node) != c.dtype(node.args[0]) or not c.dtype(node).startswith(("float", "bf")):
+        raise c.unsupported(node, "a fill of another format than its float input's")
+    c.op(node, L.Constant(float(value), tuple(c.axis(v) for v in c._vars(c.dims[x]))), [])
+    c.set(node, list(c.dims[x]))
+
+
 @import_rule("aten.dropout")
 def _dropout(c: Capture, node: Any) -> None:
     x = c.plain(node.args[0])
@@ -1060,4 +1077,9 @@ import ncd_torch._import_conv  # noqa: E402, F401  (registers the conv and pooli
 
 # registers slice, cat and rotary (llama), select, index, index_select and gather (index), and
 # issue 15's reductions (reduce: prod, logsumexp, var/std, argmax/argmin, max/min, cumsum)
-from ncd_torch import _import_index, _import_llama, _import_reduce  # noqa: E402, F401
+from ncd_torch import (  # noqa: E402, F401
+    _import_index,
+    _import_llama,
+    _import_reduce,
+    _import_shape,
+)

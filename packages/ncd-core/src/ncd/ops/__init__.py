@@ -13,6 +13,7 @@ from ncd._term import Prim, Term, call_site
 from ncd.axis import Axis, AxisLike, show
 from ncd.errors import DefinitionError
 from ncd.op import OP_KINDS, Op, Param, Product, register_op
+from ncd.ops import _shape
 from ncd.ops._reductions import (
     argmax,
     argmin,
@@ -122,6 +123,7 @@ __all__ = [
     "elu",
     "embedding",
     "erf",
+    "flip",
     "exp",
     "expm1",
     "floor",
@@ -161,8 +163,10 @@ __all__ = [
     "register_op",
     "relu",
     "relu6",
+    "repeat_interleave",
     "rename",
     "rmsnorm",
+    "roll",
     "rotary",
     "round",
     "rsqrt",
@@ -180,11 +184,13 @@ __all__ = [
     "softsign",
     "sqrt",
     "square",
+    "stack",
     "std",
     "sub",
     "sum",
     "tan",
     "tanh",
+    "tile",
     "trunc",
     "unary",
     "uniform",
@@ -736,24 +742,78 @@ def pad(
     before: int = 0,
     after: int = 0,
     value: float = 0.0,
+    mode: str = "constant",
     name: str = "",
     **axes: AxisLike | int,
 ) -> Term:
-    """``x`` along ``axis`` with ``before`` and ``after`` elements of ``value`` (a number or
-    +-inf) at its ends, as the new axis ``out`` (``|out| = |axis| + before + after``): torch's
-    constant ``F.pad`` of one dim, ``ops.pad("l", "l_pad", before=1, after=2)``. A window of
-    one offset read in place (no copy before its reader), the offset summed away."""
+    """``x`` along ``axis`` with ``before`` and ``after`` elements at its ends, as the new axis
+    ``out`` (``|out| = |axis| + before + after``), torch's ``F.pad`` of one dim:
+    ``ops.pad("l", "l_pad", before=1, after=2)``. ``mode`` "constant" pads with ``value`` (a
+    number or +-inf): a window of one offset read in place (no copy before its reader), the
+    offset summed away. "reflect" mirrors around the end elements (at most ``|axis| - 1``),
+    "replicate" repeats them, "circular" wraps around (at most ``|axis|``): slices joined by a
+    concat, the axis sized (``l=7``)."""
     for what, v in (("before", before), ("after", after)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise DefinitionError(
                 f"pad: {what} must be a count of elements >= 0, got {show(v)}. Fix: pass an "
                 "int; cut elements off with ops.slice."
             )
+    if mode not in _shape.PAD_MODES:
+        raise DefinitionError(
+            f"pad: unknown mode {show(mode)}. Fix: pass one of {', '.join(_shape.PAD_MODES)}."
+        )
     n = _Names(axes)
     a, o = n.axis(axis), n.axis(out)
+    if mode != "constant":
+        if value != 0.0:
+            raise DefinitionError(
+                f"pad: mode {mode!r} takes its values from the input, not value={show(value)}. "
+                "Fix: leave value out, or pad with mode='constant'."
+            )
+        return _shape.edge_pad(a, o, before, after, mode, name)
     tap = Axis(f"{a.name}_pad_tap", size=1)
     spread = prim(Window(a, o, tap, 1, before, 1, value, 1, after - before, False, name=name))
     return spread >> reduce("sum", tap, name=f"{name}_tap" if name else "")
+
+
+def flip(axis: AxisLike, *, name: str = "", **axes: AxisLike | int) -> Term:
+    """The elements of ``axis`` in reverse order, on the same axis (torch's ``flip`` of one
+    dim; flip several dims one after another): ``ops.flip("l", l=7)``. The axis needs a size."""
+    return _shape.flip(_Names(axes).axis(axis), name)
+
+
+def roll(axis: AxisLike, shift: int, *, name: str = "", **axes: AxisLike | int) -> Term:
+    """``y[i] = x[(i - shift) mod |axis|]`` on the same axis (torch's ``roll`` of one dim): the
+    last ``shift`` elements move to the front (a negative shift: the first to the back).
+    ``ops.roll("l", 2, l=7)``; the axis needs a size."""
+    return _shape.roll(_Names(axes).axis(axis), shift, name)
+
+
+def tile(
+    axis: AxisLike, out: AxisLike, repeats: int, *, name: str = "", **axes: AxisLike | int
+) -> Term:
+    """``axis`` repeated ``repeats`` times end to end as the new axis ``out``,
+    ``y[r |axis| + i] = x[i]`` (torch's ``x.repeat``/``torch.tile`` of one dim): ``ops.tile(
+    "d", "d3", 3)``. A broadcast over a new axis merged with ``axis``: any size."""
+    n = _Names(axes)
+    return _shape.tile(n.axis(axis), n.axis(out), repeats, name)
+
+
+def repeat_interleave(
+    axis: AxisLike, out: AxisLike, repeats: int, *, name: str = "", **axes: AxisLike | int
+) -> Term:
+    """Each element of ``axis`` repeated ``repeats`` times in place as the new axis ``out``,
+    ``y[i r + j] = x[i]`` (torch's ``repeat_interleave`` by an int): any size."""
+    n = _Names(axes)
+    return _shape.repeat_interleave(n.axis(axis), n.axis(out), repeats, name)
+
+
+def stack(axis: AxisLike, n: int, *, name: str = "") -> Term:
+    """``n`` inputs joined along the new axis ``axis`` of size ``n`` (torch's ``stack``), each
+    broadcast over the others' axes; ``vstack``/``hstack``/``cat`` join along an axis the
+    inputs have: ``ops.concat``."""
+    return _shape.stack(_Names({}).axis(axis), n, name)
 
 
 def batch_norm(
