@@ -48,6 +48,7 @@ from ncd.kernel import Boundary, FusionPlan, Kernel, Partition, Schedule
 from ncd.params import init
 from ncd.planning import plan
 from ncd.reference import run
+from ncd.scan import scan
 from ncd.serialize import from_json, to_json
 from ncd.sizes import Config, SizeVar
 from ncd.tuning import tune
@@ -78,6 +79,7 @@ __all__ = [
     "ParameterError",
     "PluginError",
     "ScheduleError",
+    "scan",
     "Scope",
     "SerializationError",
     "SizeError",

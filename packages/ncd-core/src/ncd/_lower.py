@@ -134,16 +134,17 @@ class Builder:
                 parts.append(self.scopes[s].label)
             s = self.scopes[s].parent
         base = ".".join(reversed(parts))
-        name = op.name or (op.kind if op.params() and not base else "")
-        if not name:
+        shares = getattr(type(op), "shares_path", False)
+        # A parameter of no op at the root keeps its own name (torch's bare ``weight_ih_l0``).
+        name = op.name or (op.kind if op.params() and not base and not shares else "")
+        if not name and not (shares and op.params()):
             return base
-        path = f"{base}.{name}" if base else name
+        path = f"{base}.{name}" if base and name else base or name
         if op.params():
             # An op whose class sets ``shares_path`` (``Parameter``: one parameter of another
             # op, as ``ncd.grad`` writes them) may join a path whose parameter names it does not
             # repeat; every other op gets a path of its own.
             names = {p.name for p in op.params()}
-            shares = getattr(type(op), "shares_path", False)
             k = 2
             candidate = path
             while candidate in self._paths and (

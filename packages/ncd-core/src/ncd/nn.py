@@ -34,6 +34,7 @@ __all__ = [
     "cross_entropy",
     "gpt",
     "gqa_attention",
+    "gru",
     "group_norm",
     "instance_norm",
     "kl_div",
@@ -41,10 +42,13 @@ __all__ = [
     "layernorm",
     "llama",
     "llama_block",
+    "lstm",
     "max_pool1d",
     "max_pool2d",
     "mlp",
     "resnet_block",
+    "rnn",
+    "rnn_lm",
     "mse",
     "multihead_attention",
     "nll",
@@ -530,3 +534,4 @@ from ncd.conv import (  # noqa: E402  (windows then an einsum; pooling a windowe
     max_pool2d,
     resnet_block,
 )
+from ncd.rnn import gru, lstm, rnn, rnn_lm  # noqa: E402

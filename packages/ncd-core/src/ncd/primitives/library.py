@@ -3,11 +3,12 @@ normalisers, masks, embeddings, dropout, views and constants."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import re
+from typing import Any, ClassVar
 
 import attrs
 
-from ncd.axis import Axis
+from ncd.axis import Axis, show
 from ncd.dtypes import DType
 from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DefinitionError, DTypeError
@@ -629,6 +630,16 @@ class Learned(Op):
         return (Param("weight", self.axes_, self.init),)
 
 
+def _param_name(instance: Any, attribute: Any, value: Any) -> None:
+    """A parameter's own name: ``weight``, ``bias``, ``running_mean``, or torch's recurrent
+    ``weight_ih_l0_reverse`` (lower-case letters, digits and underscores)."""
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", value):
+        raise DefinitionError(
+            f"parameter: its name must be lower-case letters, digits and underscores (at most "
+            f"64, a letter first), got {show(value)}. Fix: e.g. param='weight_ih_l0'."
+        )
+
+
 @register_op
 @attrs.frozen
 class Parameter(Learned):
@@ -641,7 +652,7 @@ class Parameter(Learned):
     kind: ClassVar[str] = "parameter"
     #: the weight and the bias of one op share its parameter path (see ``Builder._path``)
     shares_path: ClassVar[bool] = True
-    param: str = choice_field(("weight", "bias", "running_mean", "running_var"), "weight")
+    param: str = attrs.field(default="weight", validator=_param_name)
 
     def params(self) -> tuple[Param, ...]:
         return (Param(self.param, self.axes_, self.init),)

@@ -1,0 +1,265 @@
+"""Recurrent layers as scans (issue 15): ``rnn``, ``gru`` and ``lstm`` as torch's ``nn.RNN``,
+``nn.GRU`` and ``nn.LSTM`` (multi-layer, bidirectional, batch-first), and ``rnn_lm``, a
+language model of an embedding, recurrent layers and a linear head.
+
+Each direction of each layer reads the whole sequence through its input matrix once (one
+einsum over every position, as cuDNN does), then ``ncd.scan`` walks the positions with a cell
+that closes over the recurrent matrices, so the parameters exist once however long the
+sequence. The parameters carry torch's names and layouts (``weight_ih_l0`` ``(gates *
+hidden, d_in)``, ``bias_hh_l1_reverse``...) with the gate axis kept apart: torch's gate order
+(``i f g o`` for the LSTM, ``r z n`` for the GRU) is the order along it, so a torch
+``state_dict`` loads as it is (``ncd_torch.load_state_dict``). ``ncd.nn`` re-exports these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ncd import ops
+from ncd._term import Term
+from ncd._trace import Tensor, trace
+from ncd.axis import ArrayType, Axis, show
+from ncd.axis import axis_arg as _ax
+from ncd.errors import DefinitionError
+from ncd.primitives.library import Parameter, View
+from ncd.scan import scan
+
+__all__ = ["gru", "lstm", "rnn", "rnn_lm"]
+
+AxisArg = Axis | int | str | None
+
+#: gates per kind, in torch's order along the gate axis
+GATES = {"rnn": ("h",), "gru": ("r", "z", "n"), "lstm": ("i", "f", "g", "o")}
+#: the most layers a recurrent stack builds (each is unrolled along the sequence)
+MAX_LAYERS = 64
+
+
+def rnn(
+    d_in: AxisArg = "d_in",
+    hidden: AxisArg = "hidden",
+    *,
+    layers: int = 1,
+    nonlinearity: str = "tanh",
+    bias: bool = True,
+    bidirectional: bool = False,
+    batch_first: bool = False,
+    seq: AxisArg = "seq",
+    batch: AxisArg = None,
+    label: str = "rnn",
+) -> Term:
+    """torch's ``nn.RNN``: ``h_t = act(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)`` from a zero
+    state, ``act`` tanh or relu. Input ``[seq d_in]`` (``[seq batch d_in]`` given ``batch``,
+    ``[batch seq d_in]`` with ``batch_first``); output every position's last-layer state,
+    ``[seq hidden]`` (both directions joined on ``hidden_dirs`` when bidirectional)."""
+    if nonlinearity not in ("tanh", "relu"):
+        raise DefinitionError(
+            f"rnn: nonlinearity must be 'tanh' or 'relu', got {show(nonlinearity)}. Fix: pass "
+            "one (torch's choices)."
+        )
+    return _stack("rnn", locals(), nonlinearity)
+
+
+def gru(
+    d_in: AxisArg = "d_in",
+    hidden: AxisArg = "hidden",
+    *,
+    layers: int = 1,
+    bias: bool = True,
+    bidirectional: bool = False,
+    batch_first: bool = False,
+    seq: AxisArg = "seq",
+    batch: AxisArg = None,
+    label: str = "gru",
+) -> Term:
+    """torch's ``nn.GRU``: ``r, z = sigmoid(W_i x + b_i + W_h h + b_h)``, ``n = tanh(W_in x +
+    b_in + r * (W_hn h + b_hn))``, ``h' = (1 - z) n + z h``; shapes as ``rnn``."""
+    return _stack("gru", locals(), "tanh")
+
+
+def lstm(
+    d_in: AxisArg = "d_in",
+    hidden: AxisArg = "hidden",
+    *,
+    layers: int = 1,
+    bias: bool = True,
+    bidirectional: bool = False,
+    batch_first: bool = False,
+    seq: AxisArg = "seq",
+    batch: AxisArg = None,
+    label: str = "lstm",
+) -> Term:
+    """torch's ``nn.LSTM``: gates ``i f g o`` from ``W_ih x + b_ih + W_hh h + b_hh``,
+    ``c' = sigmoid(f) c + sigmoid(i) tanh(g)``, ``h' = sigmoid(o) tanh(c')`` from zero states;
+    shapes as ``rnn``."""
+    return _stack("lstm", locals(), "tanh")
+
+
+def rnn_lm(
+    vocab: AxisArg = "vocab",
+    d_model: AxisArg = "d_model",
+    hidden: AxisArg = "hidden",
+    *,
+    cell: str = "lstm",
+    layers: int = 2,
+    seq: AxisArg = "seq",
+    label: str = "lm",
+) -> Term:
+    """A recurrent language model: token ids ``[seq]`` -> ``embed`` -> ``layers`` of ``cell``
+    (``lstm``, ``gru`` or ``rnn``, under the name ``rnn``) -> ``head`` (a linear map onto the
+    vocabulary): logits ``[seq vocab]``, as the PyTorch word-language-model example."""
+    kinds = {"lstm": lstm, "gru": gru, "rnn": rnn}
+    if cell not in kinds:
+        raise DefinitionError(
+            f"rnn_lm: cell must be one of {', '.join(kinds)}, got {show(cell)}. Fix: pass one."
+        )
+    v, d, h, s = _ax("vocab", vocab), _ax("d_model", d_model), _ax("hidden", hidden), _ax("seq", seq)
+    body = kinds[cell](d, h, layers=layers, seq=s, label="rnn")
+
+    @trace(inputs=[ArrayType((s,), "int64")], name="rnn_lm", label=label)
+    def model(tokens: Tensor) -> Tensor:
+        x = ops.embedding(v, d, name="embed")(tokens)
+        y: Tensor = ops.linear(h, v, name="head")(body(x))
+        return y
+
+    return model
+
+
+# -- the stack -----------------------------------------------------------------------------------
+def _flag(kind: str, field: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise DefinitionError(f"{kind}: {field} must be True or False, got {show(value)}.")
+    return value
+
+
+def _stack(kind: str, args: dict[str, Any], act: str) -> Term:
+    layers = args["layers"]
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= MAX_LAYERS:
+        raise DefinitionError(
+            f"{kind}: layers must be an int in [1, {MAX_LAYERS}], got {show(layers)}. Fix: pass "
+            "e.g. layers=2."
+        )
+    bias = _flag(kind, "bias", args["bias"])
+    both = _flag(kind, "bidirectional", args["bidirectional"])
+    first = _flag(kind, "batch_first", args["batch_first"])
+    di, h, s = _ax("d_in", args["d_in"]), _ax("hidden", args["hidden"]), _ax("seq", args["seq"])
+    bt = None if args["batch"] is None else _ax("batch", args["batch"])
+    if first and bt is None:
+        raise DefinitionError(
+            f"{kind}: batch_first=True needs the batch axis it puts first. Fix: pass "
+            f"batch=ncd.Axis('batch') (or leave batch_first out and lift the model over a batch)."
+        )
+    if len({di, h, s, *(() if bt is None else (bt,))}) < 3 + (bt is not None):
+        raise DefinitionError(
+            f"{kind}: d_in, hidden, seq and batch must be different axes, got "
+            f"{[a.describe() for a in (di, h, s)]}. Fix: name each its own."
+        )
+    lead = () if bt is None else ((bt, s) if first else (s, bt))
+    dirs = (False, True) if both else (False,)
+    joined = Axis(f"{h.name}_dirs", size=None if h.size is None else 2 * h.size)
+
+    @trace(inputs=[ArrayType((*lead, di))] if lead else [ArrayType((s, di))], name=kind, label=args["label"])
+    def body(x: Tensor) -> Tensor:
+        feat = di
+        for layer in range(layers):
+            if layer and not both:  # the last layer's state axis, renamed as this layer's input
+                feat = Axis(f"{h.name}_l{layer}", size=h.size)
+                x = ops.rename(h, feat)(x)
+            ys = [
+                _direction(kind, x, feat, h, s, f"_l{layer}{'_reverse' if r else ''}", r, bias, act)
+                for r in dirs
+            ]
+            if both:
+                fwd, bwd = Axis(f"{h.name}_fwd", size=h.size), Axis(f"{h.name}_bwd", size=h.size)
+                x = ops.concat(f"{fwd.name}, {bwd.name} -> {joined.name}", **{
+                    fwd.name: fwd, bwd.name: bwd, joined.name: joined
+                })(ops.rename(h, fwd)(ys[0]), ops.rename(h, bwd)(ys[1]))
+                feat = joined
+            else:
+                x = ys[0]
+        return _order(x, (*lead, feat)) if first else x
+
+    return body
+
+
+def _direction(
+    kind: str, x: Tensor, feat: Axis, h: Axis, s: Axis, sfx: str, reverse: bool, bias: bool, act: str
+) -> Tensor:
+    """One direction of one layer over ``x [.. feat]``: every position's state ``[s .. h]``."""
+    names = GATES[kind]
+    g = Axis("gate", size=len(names))
+    k = Axis(f"{h.name}_prev", size=h.size)
+
+    def param(axes: tuple[Axis, ...], what: str, init: str = "normal") -> Tensor:
+        return ops.prim(Parameter(axes, init, param=f"{what}{sfx}"))()  # type: ignore[no-any-return]
+
+    w_ih, w_hh = param((g, h, feat), "weight_ih"), param((g, h, k), "weight_hh")
+    gx: Tensor = ops.einsum("f, g h f -> g h", f=feat, g=g, h=h)(x, w_ih)
+    b_hh = None
+    if bias:
+        b_ih, b_hh = param((g, h), "bias_ih", "zeros"), param((g, h), "bias_hh", "zeros")
+        gx = gx + b_ih
+        if kind != "gru":  # the GRU's n gate scales W_hn h + b_hn by r: kept apart below
+            gx = gx + b_hh
+            b_hh = None
+    at = [_gate(g, j) for j in range(len(names))]
+    xs = [pick(gx) for pick in at]  # [.. s .. h] per gate, read once outside the loop
+    ws = [pick(w_hh) for pick in at]  # [h k] per gate
+    bs = None if b_hh is None else [pick(b_hh) for pick in at]
+    prev = ops.rename(h, k)
+
+    def mv(j: int, state: Tensor) -> Tensor:
+        out: Tensor = ops.einsum("h k, k -> h", h=h, k=k)(ws[j], prev(state))
+        return out if bs is None else out + bs[j]
+
+    sig, tanh = ops.unary("sigmoid"), ops.unary("tanh")
+    cell: Callable[..., Any]
+    if kind == "rnn":
+
+        def cell(state: Tensor, xh: Tensor) -> tuple[Tensor, Tensor]:
+            new: Tensor = ops.unary(act)(xh + mv(0, state))
+            return new, new
+
+    elif kind == "gru":
+
+        def cell(state: Tensor, xr: Tensor, xz: Tensor, xn: Tensor) -> tuple[Tensor, Tensor]:
+            r, z = sig(xr + mv(0, state)), sig(xz + mv(1, state))
+            n = tanh(xn + r * mv(2, state))
+            new: Tensor = (1.0 - z) * n + z * state
+            return new, new
+
+    else:
+
+        def cell(
+            state: Tensor, c: Tensor, xi: Tensor, xf: Tensor, xg: Tensor, xo: Tensor
+        ) -> tuple[Tensor, Tensor, Tensor]:
+            i, f = sig(xi + mv(0, state)), sig(xf + mv(1, state))
+            c2: Tensor = f * c + i * tanh(xg + mv(2, state))
+            new: Tensor = sig(xo + mv(3, state)) * tanh(c2)
+            return new, c2, new
+
+    others = [a for a in x.axes if a not in (s, feat)]
+    zero = ops.constant(0.0, [*others, h])
+    states = 2 if kind == "lstm" else 1
+    run = scan(cell, over=s, states=states, reverse=reverse, name=f"{kind}{sfx}")
+    outs = run(*(zero() for _ in range(states)), *xs)
+    y: Tensor = outs[-1]
+    return y
+
+
+def _gate(g: Axis, j: int) -> Callable[[Tensor], Tensor]:
+    """Gate ``j`` of a value over the gate axis ``g``: a one-wide slice, summed away."""
+    one = Axis(f"{g.name}_{j}", size=1)
+    piece = ops.slice(g, one, start=j) >> ops.sum(one)
+    return piece  # type: ignore[return-value]
+
+
+def _order(x: Tensor, axes: Sequence[Axis]) -> Tensor:
+    """``x`` with ``axes`` leading, in that order (a view)."""
+    have = x.axes
+    want = (*axes, *(a for a in have if a not in axes))
+    if tuple(have) == want:
+        return x
+    view = View(have, want, tuple((a,) for a in have), tuple((a,) for a in want), name="order")
+    out: Tensor = ops.prim(view)(x)
+    return out
