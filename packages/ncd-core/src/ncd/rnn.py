@@ -17,15 +17,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ncd import ops
+from ncd._lower import Builder, Ref
 from ncd._term import Term
-from ncd._trace import Tensor, trace
+from ncd._trace import _ACTIVE, Tensor, trace
 from ncd.axis import ArrayType, Axis, show
 from ncd.axis import axis_arg as _ax
 from ncd.errors import DefinitionError
-from ncd.primitives.library import Parameter, View
+from ncd.primitives.indexing import Concat
+from ncd.primitives.library import Constant, Parameter, View
 from ncd.scan import scan
 
-__all__ = ["gru", "lstm", "rnn", "rnn_lm"]
+__all__ = ["RecurrentBlock", "gru", "lstm", "recurrent", "rnn", "rnn_lm"]
 
 AxisArg = Axis | int | str | None
 
@@ -113,7 +115,12 @@ def rnn_lm(
         raise DefinitionError(
             f"rnn_lm: cell must be one of {', '.join(kinds)}, got {show(cell)}. Fix: pass one."
         )
-    v, d, h, s = _ax("vocab", vocab), _ax("d_model", d_model), _ax("hidden", hidden), _ax("seq", seq)
+    v, d, h, s = (
+        _ax("vocab", vocab),
+        _ax("d_model", d_model),
+        _ax("hidden", hidden),
+        _ax("seq", seq),
+    )
     body = kinds[cell](d, h, layers=layers, seq=s, label="rnn")
 
     @trace(inputs=[ArrayType((s,), "int64")], name="rnn_lm", label=label)
@@ -155,54 +162,121 @@ def _stack(kind: str, args: dict[str, Any], act: str) -> Term:
             f"{[a.describe() for a in (di, h, s)]}. Fix: name each its own."
         )
     lead = () if bt is None else ((bt, s) if first else (s, bt))
-    dirs = (False, True) if both else (False,)
+    dirs = ("", "_reverse") if both else ("",)
+    g = Axis("gate", size=len(GATES[kind]))
+    k = Axis(f"{h.name}_prev", size=h.size)
     joined = Axis(f"{h.name}_dirs", size=None if h.size is None else 2 * h.size)
+    width = joined if both else h
+    feats = [di] + [
+        width if both else Axis(f"{h.name}_l{layer}", size=h.size) for layer in range(1, layers)
+    ]
 
-    @trace(inputs=[ArrayType((*lead, di))] if lead else [ArrayType((s, di))], name=kind, label=args["label"])
+    def param(axes: tuple[Axis, ...], what: str, init: str = "normal") -> Tensor:
+        return ops.prim(Parameter(axes, init, param=what))()  # type: ignore[no-any-return]
+
+    @trace(inputs=[ArrayType((*lead, di) if lead else (s, di))], name=kind, label=args["label"])
     def body(x: Tensor) -> Tensor:
-        feat = di
-        for layer in range(layers):
-            if layer and not both:  # the last layer's state axis, renamed as this layer's input
-                feat = Axis(f"{h.name}_l{layer}", size=h.size)
-                x = ops.rename(h, feat)(x)
-            ys = [
-                _direction(kind, x, feat, h, s, f"_l{layer}{'_reverse' if r else ''}", r, bias, act)
-                for r in dirs
-            ]
-            if both:
-                fwd, bwd = Axis(f"{h.name}_fwd", size=h.size), Axis(f"{h.name}_bwd", size=h.size)
-                x = ops.concat(f"{fwd.name}, {bwd.name} -> {joined.name}", **{
-                    fwd.name: fwd, bwd.name: bwd, joined.name: joined
-                })(ops.rename(h, fwd)(ys[0]), ops.rename(h, bwd)(ys[1]))
-                feat = joined
-            else:
-                x = ys[0]
-        return _order(x, (*lead, feat)) if first else x
+        weights = []
+        for layer, f in enumerate(feats):
+            per = []
+            for sfx in dirs:
+                tag = f"_l{layer}{sfx}"
+                w = (param((g, h, f), f"weight_ih{tag}"), param((g, h, k), f"weight_hh{tag}"))
+                if bias:
+                    w += (param((g, h), f"bias_ih{tag}", "zeros"),)
+                    w += (param((g, h), f"bias_hh{tag}", "zeros"),)
+                per.append(w)
+            weights.append(per)
+        y = recurrent(kind, x, weights, seq=s, out=width, act=act)
+        return _order(y, lead) if first else y
 
     return body
 
 
+Weights = Sequence[Sequence[Sequence[Tensor]]]
+
+
+class RecurrentBlock(Term):
+    """``recurrent`` as a term over ``(x, *weights)``, the weights flattened layer by layer and
+    direction by direction (``w_ih, w_hh[, b_ih, b_hh]`` each), for a front end that holds them
+    as parameters of its own (``from_torch`` of ``nn.LSTM``, whose names they keep)."""
+
+    __slots__ = ("act", "bias", "directions", "kind", "layers", "out", "seq")
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        layers: int,
+        directions: int,
+        bias: bool,
+        seq: Axis,
+        out: Axis,
+        act: str = "tanh",
+    ) -> None:
+        per = 4 if bias else 2
+        super().__init__(1 + layers * directions * per, 1)
+        self.kind, self.layers, self.directions, self.bias = kind, layers, directions, bias
+        self.seq, self.out, self.act = seq, out, act
+
+    def __repr__(self) -> str:
+        return f"RecurrentBlock({self.kind!r}, layers={self.layers}, directions={self.directions})"
+
+    def lower(self, b: Builder, ins: Sequence[Ref]) -> list[Ref]:
+        token = _ACTIVE.set(b)
+        try:
+            x, *flat = (Tensor(b, r) for r in ins)
+            per = 4 if self.bias else 2
+            groups = [flat[i : i + per] for i in range(0, len(flat), per)]
+            weights = [
+                groups[i : i + self.directions] for i in range(0, len(groups), self.directions)
+            ]
+            y = recurrent(self.kind, x, weights, seq=self.seq, out=self.out, act=self.act)
+        finally:
+            _ACTIVE.reset(token)
+        return [y._ref]
+
+
+def recurrent(kind: str, x: Tensor, weights: Weights, *, seq: Axis, out: Axis, act: str) -> Tensor:
+    """A stack of recurrent layers over ``x [.. seq .. feat]`` inside a trace: ``weights[l][d]``
+    holds layer ``l``'s direction ``d`` (forward, then backward) as ``(w_ih [gate hidden feat],
+    w_hh [gate hidden hidden_prev])`` and, with biases, ``(b_ih, b_hh) [gate hidden]``. The result
+    is every position's last-layer state ``[seq .. hidden]``, or both directions joined on
+    ``out`` (the next layer's input axis reads a layer's joined states directly)."""
+    have = weights[0][0][0].axes[2]  # the axis x holds its features on
+    for layer, per in enumerate(weights):
+        feat, h = per[0][0].axes[2], per[0][0].axes[1]
+        if have != feat:  # the last layer's states as this layer's input
+            x = ops.rename(have, feat)(x)
+        ys = [_direction(kind, x, w, seq, bool(d), act) for d, w in enumerate(per)]
+        if len(ys) == 1:
+            x, have = ys[0], h
+            continue
+        have = weights[layer + 1][0][0].axes[2] if layer + 1 < len(weights) else out
+        fwd, bwd = Axis(f"{h.name}_fwd", size=h.size), Axis(f"{h.name}_bwd", size=h.size)
+        join = ops.prim(Concat((fwd, bwd), have, name="directions"))
+        x = join(ops.rename(h, fwd)(ys[0]), ops.rename(h, bwd)(ys[1]))
+    if have != out:
+        x = ops.rename(have, out)(x)
+    return x
+
+
 def _direction(
-    kind: str, x: Tensor, feat: Axis, h: Axis, s: Axis, sfx: str, reverse: bool, bias: bool, act: str
+    kind: str, x: Tensor, w: Sequence[Tensor], s: Axis, reverse: bool, act: str
 ) -> Tensor:
-    """One direction of one layer over ``x [.. feat]``: every position's state ``[s .. h]``."""
-    names = GATES[kind]
-    g = Axis("gate", size=len(names))
-    k = Axis(f"{h.name}_prev", size=h.size)
-
-    def param(axes: tuple[Axis, ...], what: str, init: str = "normal") -> Tensor:
-        return ops.prim(Parameter(axes, init, param=f"{what}{sfx}"))()  # type: ignore[no-any-return]
-
-    w_ih, w_hh = param((g, h, feat), "weight_ih"), param((g, h, k), "weight_hh")
+    """One direction of one layer over ``x [.. s .. feat]``: every position's state ``[s .. h]``."""
+    w_ih, w_hh, *biases = w
+    g, h, feat = w_ih.axes
+    k = w_hh.axes[2]
     gx: Tensor = ops.einsum("f, g h f -> g h", f=feat, g=g, h=h)(x, w_ih)
     b_hh = None
-    if bias:
-        b_ih, b_hh = param((g, h), "bias_ih", "zeros"), param((g, h), "bias_hh", "zeros")
+    if biases:
+        b_ih, b_hh = biases
         gx = gx + b_ih
         if kind != "gru":  # the GRU's n gate scales W_hn h + b_hn by r: kept apart below
             gx = gx + b_hh
             b_hh = None
-    at = [_gate(g, j) for j in range(len(names))]
+    at = [_gate(g, j) for j in range(len(GATES[kind]))]
     xs = [pick(gx) for pick in at]  # [.. s .. h] per gate, read once outside the loop
     ws = [pick(w_hh) for pick in at]  # [h k] per gate
     bs = None if b_hh is None else [pick(b_hh) for pick in at]
@@ -239,9 +313,12 @@ def _direction(
             return new, c2, new
 
     others = [a for a in x.axes if a not in (s, feat)]
-    zero = ops.constant(0.0, [*others, h])
+    fmt = w_hh.type.dtype if w_hh.type is not None else None
+    zero = ops.prim(Constant(0.0, (*others, h), dtype=fmt, name="zero_state"))
     states = 2 if kind == "lstm" else 1
-    run = scan(cell, over=s, states=states, reverse=reverse, name=f"{kind}{sfx}")
+    run = scan(
+        cell, over=s, states=states, reverse=reverse, name=f"{kind}_reverse" if reverse else kind
+    )
     outs = run(*(zero() for _ in range(states)), *xs)
     y: Tensor = outs[-1]
     return y

@@ -280,7 +280,9 @@ class _Scan(Term):
         parts: list[tuple[Axis, Ref]] = []
         for step, y in enumerate(ys):
             one = Axis(f"{over.name}_out{step}", size=1)
-            (c,) = b.apply(Constant(1.0, (one,)), [], self.site)
+            v = b.value_of(y)
+            fmt = b.values[v].dtype if v is not None and b.values[v].is_float else None
+            (c,) = b.apply(Constant(1.0, (one,), dtype=fmt), [], self.site)
             (v,) = b.apply(Binary("mul", name=f"{self.name}_out"), [y, c], self.site)
             parts.append((one, v))
         level = 0

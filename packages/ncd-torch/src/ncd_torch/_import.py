@@ -19,6 +19,7 @@ import attrs
 import numpy as np
 
 from ncd import ops, serialize, trace
+from ncd._term import Term
 from ncd.axis import ArrayType
 from ncd.errors import NcdError
 from ncd_torch._capture import Capture, Record, _snake
@@ -103,7 +104,8 @@ def _emit(
         rec = recs[pos]
         if len(rec.stack) <= depth:
             op = rec.op.substitute(c.final)
-            env[rec.output] = ops.prim(op)(*(env[k] for k in rec.inputs))
+            term = op if isinstance(op, Term) else ops.prim(op)  # a whole block (_import_rnn)
+            env[rec.output] = term(*(env[k] for k in rec.inputs))
             pos += 1
             continue
         scope = rec.stack[depth]

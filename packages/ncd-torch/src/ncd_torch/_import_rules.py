@@ -1077,9 +1077,11 @@ import ncd_torch._import_conv  # noqa: E402, F401  (registers the conv and pooli
 
 # registers slice, cat and rotary (llama), select, index, index_select and gather (index), and
 # issue 15's reductions (reduce: prod, logsumexp, var/std, argmax/argmin, max/min, cumsum)
+# and recurrent layers (rnn: lstm, gru, rnn_tanh/relu)
 from ncd_torch import (  # noqa: E402, F401
     _import_index,
     _import_llama,
     _import_reduce,
+    _import_rnn,
     _import_shape,
 )
