@@ -37,6 +37,8 @@ FRONT_END = {
     "ops/_reductions.py",  # logsumexp, var/std, argmax, cumsum built from ops
     "ops/_shape.py",  # flip, roll, edge pads, tile, repeat_interleave, stack from ops
     "conv.py",  # nn.conv1d/conv2d and pooling built from windows and einsums
+    "scan.py",  # ncd.scan: a cell term repeated along an axis
+    "rnn.py",  # nn.rnn/gru/lstm built from scans, einsums and parameters
     "_llama.py",  # nn.llama and its blocks
     "_bert.py",  # nn.bert and its layers
     "training.py",  # char_gpt builds the model it trains

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-_INTERNAL = {os.path.join(_PKG_DIR, f) for f in ("_term.py", "_trace.py", "_lower.py")}
+_INTERNAL = {os.path.join(_PKG_DIR, f) for f in ("_term.py", "_trace.py", "_lower.py", "scan.py")}
 _INTERNAL_DIRS = (os.path.join(_PKG_DIR, "ops"), os.path.join(_PKG_DIR, "op.py"))
 
 
