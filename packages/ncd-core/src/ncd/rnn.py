@@ -280,25 +280,26 @@ def _direction(
     xs = [pick(gx) for pick in at]  # [.. s .. h] per gate, read once outside the loop
     ws = [pick(w_hh) for pick in at]  # [h k] per gate
     bs = None if b_hh is None else [pick(b_hh) for pick in at]
-    prev = ops.rename(h, k)
 
-    def mv(j: int, state: Tensor) -> Tensor:
-        out: Tensor = ops.einsum("h k, k -> h", h=h, k=k)(ws[j], prev(state))
+    def mv(j: int, hk: Tensor) -> Tensor:
+        out: Tensor = ops.einsum("h k, k -> h", h=h, k=k)(ws[j], hk)
         return out if bs is None else out + bs[j]
 
-    sig, tanh = ops.unary("sigmoid"), ops.unary("tanh")
+    # the state renamed once per step onto ``k``, the axis every recurrent product contracts
+    sig, tanh, prev = ops.unary("sigmoid"), ops.unary("tanh"), ops.rename(h, k)
     cell: Callable[..., Any]
     if kind == "rnn":
 
         def cell(state: Tensor, xh: Tensor) -> tuple[Tensor, Tensor]:
-            new: Tensor = ops.unary(act)(xh + mv(0, state))
+            new: Tensor = ops.unary(act)(xh + mv(0, prev(state)))
             return new, new
 
     elif kind == "gru":
 
         def cell(state: Tensor, xr: Tensor, xz: Tensor, xn: Tensor) -> tuple[Tensor, Tensor]:
-            r, z = sig(xr + mv(0, state)), sig(xz + mv(1, state))
-            n = tanh(xn + r * mv(2, state))
+            hk = prev(state)
+            r, z = sig(xr + mv(0, hk)), sig(xz + mv(1, hk))
+            n = tanh(xn + r * mv(2, hk))
             new: Tensor = (1.0 - z) * n + z * state
             return new, new
 
@@ -307,19 +308,21 @@ def _direction(
         def cell(
             state: Tensor, c: Tensor, xi: Tensor, xf: Tensor, xg: Tensor, xo: Tensor
         ) -> tuple[Tensor, Tensor, Tensor]:
-            i, f = sig(xi + mv(0, state)), sig(xf + mv(1, state))
-            c2: Tensor = f * c + i * tanh(xg + mv(2, state))
-            new: Tensor = sig(xo + mv(3, state)) * tanh(c2)
+            hk = prev(state)
+            i, f = sig(xi + mv(0, hk)), sig(xf + mv(1, hk))
+            c2: Tensor = f * c + i * tanh(xg + mv(2, hk))
+            new: Tensor = sig(xo + mv(3, hk)) * tanh(c2)
             return new, c2, new
 
     others = [a for a in x.axes if a not in (s, feat)]
     fmt = w_hh.type.dtype if w_hh.type is not None else None
     zero = ops.prim(Constant(0.0, (*others, h), dtype=fmt, name="zero_state"))
+    zeros = [zero() for _ in range(2 if kind == "lstm" else 1)]
     states = 2 if kind == "lstm" else 1
     run = scan(
         cell, over=s, states=states, reverse=reverse, name=f"{kind}_reverse" if reverse else kind
     )
-    outs = run(*(zero() for _ in range(states)), *xs)
+    outs = run(*zeros, *xs)
     y: Tensor = outs[-1]
     return y
 

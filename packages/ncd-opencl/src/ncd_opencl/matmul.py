@@ -23,6 +23,7 @@ from typing import Any
 from ncd.axis import Axis
 from ncd.codegen import KernelGen, KernelSource
 from ncd.codegen.layout import Size, ceil_div
+from ncd.codegen.plans import LinearForm, linear_form
 from ncd.primitives import library as L
 from ncd_opencl.schedule import work_group
 
@@ -55,17 +56,18 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         if n.op.category != "elementwise"
         and not (n.op.category == "view" and n.op.out_axes[0] in renames)  # type: ignore[attr-defined]
     ]
-    if len(heavy) != 1 or not isinstance(heavy[0].op, L.Linear) or k.streamed:
+    form = linear_form(g, heavy, gen.made_here)
+    if form is None or k.streamed:
         return None
-    lin = heavy[0]
-    op: L.Linear = lin.op  # type: ignore[assignment]
-    x = lin.inputs[0]
+    lin = form.node
+    in_axes = form.in_axes
+    x = form.x
     if x in gen.made_here:
         return None
     out_v = lin.outputs[0]
-    m_axes = tuple(lin.loop)
-    n_axes = op.out_axes
-    kdim = math.prod(gen.size(a) for a in op.in_axes)
+    m_axes = form.loop
+    n_axes = form.out_axes
+    kdim = math.prod(gen.size(a) for a in in_axes)
     msz = math.prod(gen.size(a) for a in m_axes)
     nsz = math.prod(gen.size(a) for a in n_axes)
     # run-time M or N: reads clamped, writes masked; a run-time K: whole vectors, then a tail
@@ -78,11 +80,15 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         if {renames.get(a, a) for a in g.values[v].axes} != full:
             return None
     xb = gen.value_buffer(x)
-    wb = gen.param_buffer(lin, "weight")
-    sizes = {a: gen.size(a) for a in (*op.in_axes, *m_axes, *n_axes)}
-    if not _contiguous(xb, op.in_axes, sizes) or not _contiguous(wb, op.in_axes, sizes):
+    wb = (
+        gen.value_buffer(form.weight)
+        if isinstance(form.weight, int)
+        else gen.param_buffer(*form.weight)
+    )
+    sizes = {a: gen.size(a) for a in (*in_axes, *m_axes, *n_axes)}
+    if not _contiguous(xb, in_axes, sizes) or not _contiguous(wb, in_axes, sizes):
         return None
-    if any(a not in m_axes for a in g.values[x].axes if a not in op.in_axes):
+    if any(a not in m_axes for a in g.values[x].axes if a not in in_axes):
         return None
     # the row vectors load straight into the arithmetic type: both operands must compute in
     # the kernel's format (float16/bfloat16/float32 rows in a float32 kernel, float64 in float64)
@@ -96,7 +102,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     it = gen.itype  # 64-bit when an array passes 2^31 elements
     w.line(f"const {it} nb = {gen.dialect.gid(0, gen.wide)};")
     w.line(f"const {it} mb = {gen.dialect.gid(1, gen.wide)};")
-    zero = {a: "0" for a in op.in_axes}
+    zero = {a: "0" for a in in_axes}
     rows, cols = [], []
     for i in range(RM):
         m = gen.unique(f"m{i}")
@@ -110,14 +116,14 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         env = gen.split(n_axes, n)
         cols.append((n, env))
         # by position: the weight of ``linear("d -> d")`` holds ``d`` twice
-        base = wb.address_at([*(env[a] for a in n_axes), *("0" for _ in op.in_axes)])
+        base = wb.address_at([*(env[a] for a in n_axes), *("0" for _ in in_axes)])
         w.line(f"{d.global_} const {wb.ctype}* b{j} = {wb.name} + {base};")
     for i in range(RM):
         for j in range(RN):
             w.line(f"{cv} c{i}_{j} = ({cv})({gen.lit(0.0)});")
     kv = kdim - kdim % VW
     if local:
-        _local_tiles(gen, xb, wb, m_axes, n_axes, op.in_axes, msz, nsz, kdim)
+        _local_tiles(gen, xb, wb, m_axes, n_axes, in_axes, msz, nsz, kdim)
     else:
         with (
             w.block(f"for ({it} k0 = 0; k0 < {kv}; k0 += {KC})"),
@@ -155,8 +161,8 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         for v in n.outputs
         if v != lin.outputs[0]
     )
-    if vector_ok and _lane_epilogue(nodes, lin, renames):
-        _vector_epilogue(gen, lin, sums, rows, cols, renames, msz, nsz)
+    if vector_ok and _lane_epilogue(nodes, form, renames):
+        _vector_epilogue(gen, form, sums, rows, cols, renames, msz, nsz)
     else:
         for i, (_, menv) in enumerate(rows):
             for j, (_, nenv) in enumerate(cols):
@@ -166,7 +172,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                 s = sums[i, j]
                 with w.block(f"if ({guard})"):
                     gen.bound[out_v] = lambda index, s=s: (
-                        f"({s} + {gen.param(lin, 'bias', index)})" if op.bias else s
+                        f"({s} + {gen.param(*form.bias, index)})" if form.bias else s
                     )
                     for v in k.outputs:
                         gen.write(v, env, [])
@@ -180,10 +186,12 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
 LANE_OPS: tuple[type, ...] = (L.Unary, L.Activation, L.Scalar, L.Scale, L.Dropout)
 
 
-def _lane_epilogue(nodes: list[Any], lin: Any, renames: dict[Axis, Axis]) -> bool:
+def _lane_epilogue(nodes: list[Any], form: LinearForm, renames: dict[Axis, Axis]) -> bool:
     """The epilogue maps each output element alone (an activation chain after the bias)."""
     for n in nodes:
-        if n is lin or (n.op.category == "view" and n.op.out_axes[0] in renames):
+        if n is form.node or n is form.source:
+            continue
+        if n.op.category == "view" and n.op.out_axes[0] in renames:
             continue
         if not isinstance(n.op, LANE_OPS) or getattr(n.op, "fn", "") == "pow":
             return False
@@ -194,7 +202,7 @@ def _lane_epilogue(nodes: list[Any], lin: Any, renames: dict[Axis, Axis]) -> boo
 
 def _vector_epilogue(
     gen: KernelGen,
-    lin: Any,
+    form: LinearForm,
     sums: dict[tuple[int, int], str],
     rows: list[Any],
     cols: list[Any],
@@ -209,16 +217,15 @@ def _vector_epilogue(
     order = [(i, j) for i in range(RM) for j in range(RN)]
     vt = gen.dialect.vector(gen.ctype, VW)
     packed = f"({vt})({', '.join(sums[ij] for ij in order)})"
-    if lin.op.bias:
-        packed += (
-            f" + ({vt})({', '.join(gen.c(gen.param(lin, 'bias', cols[j][1])) for _, j in order)})"
-        )
+    if form.bias is not None:
+        bias = form.bias
+        packed += f" + ({vt})({', '.join(gen.c(gen.param(*bias, cols[j][1])) for _, j in order)})"
     pv = gen.unique("pv")
     w.line(f"{vt} {pv} = {packed};")
     lane = gen.unique("lane")
     gen.vec_vars.add(lane)  # values computed inside the block below are vectors
     with w.block("", lane):
-        gen.bound[lin.outputs[0]] = lambda index: pv
+        gen.bound[form.node.outputs[0]] = lambda index: pv
         anywhere = {a: lane for a in k.axes()}  # lane ops read no index
         for v in k.outputs:
             val = gen.load(v, anywhere)

@@ -23,11 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ncd.axis import Axis
-from ncd.codegen.plans import flat_tile, spread_tile
+from ncd.codegen.plans import LinearForm, flat_tile, linear_form, spread_tile
 from ncd.errors import ScheduleError
 from ncd.graph import Graph
 from ncd.kernel import FusionPlan, Kernel, Partition
-from ncd.primitives import library as L
 
 __all__ = ["annotate", "check", "flat_tile", "opencl_plan", "template_of", "work_group"]
 
@@ -106,11 +105,9 @@ def _stream_choices(k: Kernel) -> list[Partition]:
 # -- tiled matmul (ncd_opencl.matmul.tiled_template) ------------------------------------------
 
 
-def _matmul(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> Any:
-    """(node, row axes, column axes) when the tiled template renders ``k``, else ``None``."""
-    from ncd_opencl.matmul import RM, RN, VW
-
-    g = k.graph
+def kernel_linear(k: Kernel) -> LinearForm | None:
+    """The learned map the tiled template would render in ``k`` (``linear_form`` of its
+    heavy nodes: all but elementwise ops and the renames the schedule aliases)."""
     renames = k.schedule.aliases
     heavy = [
         n
@@ -118,27 +115,39 @@ def _matmul(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> Any:
         if n.op.category != "elementwise"
         and not (n.op.category == "view" and n.op.out_axes[0] in renames)  # type: ignore[attr-defined]
     ]
-    if len(heavy) != 1 or not isinstance(heavy[0].op, L.Linear):
+    return linear_form(k.graph, heavy, {v for n in k.ops for v in n.outputs})
+
+
+def _matmul(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> Any:
+    """(node, row axes, column axes) when the tiled template renders ``k``, else ``None``."""
+    from ncd_opencl.matmul import RM, RN, VW
+
+    g = k.graph
+    form = kernel_linear(k)
+    if form is None:
         return None
-    lin = heavy[0]
-    op: L.Linear = lin.op  # type: ignore[assignment]
-    x = lin.inputs[0]
+    lin, in_axes = form.node, form.in_axes
+    x = form.x
     if x in {v for n in k.ops for v in n.outputs}:
         return None
-    m_axes, n_axes = tuple(lin.loop), op.out_axes
-    if set(op.in_axes) & set(n_axes):
+    m_axes, n_axes = form.loop, form.out_axes
+    if set(in_axes) & set(n_axes):
         return None  # a weight whose axes repeat (linear("d -> d")): the template declines it
-    kdim = math.prod(_size(g, a) for a in op.in_axes)
+    kdim = math.prod(_size(g, a) for a in in_axes)
     if kdim % VW or _prod(g, m_axes) < RM or _prod(g, n_axes) < RN:
         return None
     full = set(m_axes) | set(n_axes)
+    renames = k.schedule.aliases
     if any({renames.get(a, a) for a in g.values[v].axes} != full for v in k.outputs):
         return None
     order = layouts.get(x, g.values[x].axes)
-    if tuple(order[len(order) - len(op.in_axes) :]) != tuple(op.in_axes):
+    if tuple(order[len(order) - len(in_axes) :]) != tuple(in_axes):
         return None
-    if any(a not in m_axes for a in g.values[x].axes if a not in op.in_axes):
+    if any(a not in m_axes for a in g.values[x].axes if a not in in_axes):
         return None
+    w = form.weight
+    if isinstance(w, int) and tuple(layouts.get(w, g.values[w].axes)) != (*n_axes, *in_axes):
+        return None  # a weight value laid out otherwise than (out.., in..)
     return lin, m_axes, n_axes
 
 
@@ -150,8 +159,12 @@ def _matmul_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[
         return []
     _, m_axes, n_axes = found
     g = k.graph
+    # few rows (a recurrent cell's batch): a group no taller than the rows, as wide as the
+    # work-items it frees, so no work-item computes clamped copies of the last rows
+    wg_m = max(1, min(WG_M, -(-_prod(g, m_axes) // RM)))
+    wg_n = max(WG_N, min((WG_M * WG_N) // wg_m, -(-_prod(g, n_axes) // RN)))
     out: list[Partition] = []
-    for axes, per_item, per_group in ((m_axes, RM, RM * WG_M), (n_axes, RN, RN * WG_N)):
+    for axes, per_item, per_group in ((m_axes, RM, RM * wg_m), (n_axes, RN, RN * wg_n)):
         out += spread_tile(g, axes, per_group, 0) + spread_tile(g, axes, per_item, 1)
     return out
 
@@ -184,6 +197,8 @@ def _vector_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[
         if n.op.category in ("normaliser", "reduction"):
             axes.update(a for grp in n.op.signature()[0] for a in grp)
     if not axes:
+        if not k.outputs:  # nothing read later (a scan's unused final state): no choices
+            return []
         order = layouts.get(k.outputs[-1], g.values[k.outputs[-1]].axes)
         axes = {order[-1]} if order else set()
     if len(axes) != 1:
@@ -234,10 +249,10 @@ def check(plan: FusionPlan, local: bool = False) -> None:
                     "smaller chunk or fewer rows per work-item."
                 )
         elif kind == "tiled":
-            lin = next((n for n in k.ops if isinstance(n.op, L.Linear)), None)
-            if lin is None:
+            form = kernel_linear(k)
+            if form is None:
                 continue
-            m_axes, n_axes = tuple(lin.loop), lin.op.out_axes  # type: ignore[attr-defined]
+            m_axes, n_axes = form.loop, form.out_axes
             what = (("rows", m_axes, RM, WG_M), ("columns", n_axes, RN, WG_N))
             groups = 1
             for name, axes, item, wg in what:

@@ -28,7 +28,6 @@ import numpy as np
 from ncd.codegen.plans import spread_tile
 from ncd.codegen.program import canonical_text
 from ncd.kernel import FusionPlan, Kernel
-from ncd.primitives import library as L
 from ncd.tuning import Candidate
 
 __all__ = ["CHUNK_SPACE", "GROUP_SPACE", "ROWS_SPACE", "candidates", "device_key", "kernel_keys"]
@@ -79,13 +78,13 @@ def _streamed(k: Kernel) -> list[Candidate]:
 
 def _tiled(k: Kernel) -> list[Candidate]:
     from ncd_opencl.matmul import RM, RN
-    from ncd_opencl.schedule import MAX_WORK_GROUP
+    from ncd_opencl.schedule import MAX_WORK_GROUP, kernel_linear
 
-    lin = next((n for n in k.ops if isinstance(n.op, L.Linear)), None)
-    if lin is None:
+    form = kernel_linear(k)
+    if form is None:
         return [Candidate("default", k.choices)]
     g = k.graph
-    m_axes, n_axes = tuple(lin.loop), lin.op.out_axes  # type: ignore[attr-defined]
+    m_axes, n_axes = form.loop, form.out_axes
     rows = math.prod(int(g.size(a) or 1) for a in m_axes)
     cols = math.prod(int(g.size(a) or 1) for a in n_axes)
     out = []

@@ -11,7 +11,9 @@ views, epilogues (bias, activation, residual add) of contractions and normaliser
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+
+import attrs
 
 from ncd.axis import Axis
 from ncd.codegen.program import choose_layouts
@@ -20,7 +22,15 @@ from ncd.graph import Graph, Node
 from ncd.kernel import FusionPlan, Kernel, Partition, kernel_io, unfused
 from ncd.primitives import library as L
 
-__all__ = ["choose_layouts", "flat_tile", "local_plan", "plan_for", "spread_tile"]
+__all__ = [
+    "LinearForm",
+    "choose_layouts",
+    "flat_tile",
+    "linear_form",
+    "local_plan",
+    "plan_for",
+    "spread_tile",
+]
 
 HEAVY = frozenset({"contraction", "reduction", "normaliser", "other"})
 STREAMABLE = (L.Softmax, L.L2Norm)
@@ -160,6 +170,83 @@ def split_sum_streams(plan: FusionPlan, graph: Graph) -> FusionPlan:
     return FusionPlan(graph, kernels, plan.boundaries)
 
 
+@attrs.frozen
+class LinearForm:
+    """A learned map as a matmul template renders it: ``y[m.., n..] = sum_k x[m.., k..]
+    w[n.., k..]`` (plus ``bias[n..]``): a ``Linear``, or an ``Einsum`` of an activation with a
+    weight laid out ``(out.., in..)``, a parameter source (``nn.lstm``'s input matrices under
+    torch's names) or a value the kernel reads (a recurrent matrix sliced per gate).
+    ``weight``: the node holding the parameter and its name, or the value's id; ``bias``:
+    likewise for a ``Linear``'s bias."""
+
+    node: Node
+    x: int
+    in_axes: tuple[Axis, ...]
+    out_axes: tuple[Axis, ...]
+    weight: tuple[Node, str] | int
+    bias: tuple[Node, str] | None
+
+    @property
+    def loop(self) -> tuple[Axis, ...]:
+        return tuple(self.node.loop)
+
+    @property
+    def source(self) -> Node | None:
+        """The parameter source the weight is read from (the template renders it itself)."""
+        return None if isinstance(self.weight, int) else self.weight[0]
+
+
+def _activation_side(op: object) -> int | None:
+    """Which input of a two-input ``Einsum`` is the activation ``x[.., k..]`` when the other
+    is a weight ``w[n.., k..]`` and the result ``[.. n..]`` (x @ W.T, or W @ h as a recurrent
+    cell writes it), else ``None``."""
+    if not isinstance(op, L.Einsum) or len(op.inputs) != 2:
+        return None
+    out = tuple(op.output)
+    for xi in (0, 1):
+        x_core, w_core = op.inputs[xi], op.inputs[1 - xi]
+        if x_core and tuple(w_core) == (*out, *x_core) and not set(out) & set(x_core):
+            return xi
+    return None
+
+
+def linear_form(g: Graph, heavy: Sequence[Node], made: Collection[int]) -> LinearForm | None:
+    """The learned map of a kernel whose heavy nodes (all but elementwise ops and free
+    renames) are ``heavy`` and which makes the values ``made``, else ``None``: one ``Linear``;
+    or one two-input ``Einsum`` contracting the trailing axes of its first input with a weight
+    laid out ``(out.., in..)``: a ``Parameter``/``Learned`` source of the kernel read by
+    nothing else, or a value made outside it; other heavy nodes may only be parameter or
+    constant sources (biases the epilogue adds)."""
+    maps = [n for n in heavy if n.op.category != "source"]
+    if len(maps) != 1:
+        return None
+    (node,) = maps
+    op = node.op
+    if isinstance(op, L.Linear):
+        bias = (node, "bias") if op.bias else None
+        return LinearForm(node, node.inputs[0], op.in_axes, op.out_axes, (node, "weight"), bias)
+    xi = _activation_side(op) if len(node.inputs) == 2 else None
+    if xi is None:
+        return None
+    x_core, w_core, out = op.inputs[xi], op.inputs[1 - xi], tuple(op.output)
+    x, w = node.inputs[xi], node.inputs[1 - xi]
+    if w not in made:  # a value the kernel reads: in the (out.., in..) order it arrives in
+        if tuple(g.values[w].axes) != tuple(w_core):
+            return None
+        return LinearForm(node, x, tuple(x_core), out, w, None)
+    p = g.producers.get(w)
+    src = g.nodes[p] if p is not None else None
+    if src is None or not isinstance(src.op, L.Learned) or src.loop or src not in heavy:
+        return None
+    readers = g.consumers[w]
+    if len(readers) != 1 or g.nodes[readers[0]] is not node:
+        return None
+    (param,) = src.op.params()
+    if tuple(param.axes) != tuple(w_core):
+        return None
+    return LinearForm(node, x, tuple(x_core), out, (src, param.name), None)
+
+
 def split_siblings(plan: FusionPlan) -> FusionPlan:
     """One kernel per learned map in sibling-fused kernels (the q/k/v projections read the
     same input): each piece then fits the tiled matmul template; a node goes with the first
@@ -167,7 +254,11 @@ def split_siblings(plan: FusionPlan) -> FusionPlan:
     g = plan.graph
     out: list[Kernel] = []
     for k in plan.kernels:
-        roots = [i for i in k.nodes if isinstance(g.nodes[i].op, L.Linear)]
+        roots = [
+            i
+            for i in k.nodes
+            if isinstance(g.nodes[i].op, L.Linear) or _activation_side(g.nodes[i].op) is not None
+        ]
         if len(roots) < 2 or k.streamed:
             out.append(k)
             continue
