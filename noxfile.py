@@ -47,6 +47,7 @@ IMPORT_TESTS = tuple(
         "nn_convnets",
         "import_reduce",
         "import_shape",
+        "rnn",
     )
 )
 PLUGINS = ("torch", "opencl", "cuda", "diagram", "perf")

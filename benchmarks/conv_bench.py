@@ -1,14 +1,15 @@
 """Convolutions on ncd-opencl beside torch eager and torch.compile, on this CPU, one table.
 
-Workloads (issue 15): a 3x3 conv2d 64 -> 64 channels on 56x56 images, batch 8, and a ResNet
+Workloads (issue 15): a 3x3 conv2d 64 -> 64 channels on 56x56 images, batch 8, a ResNet
 basic block at the same sizes (conv, eval batch norm, ReLU, conv, batch norm, the residual,
-ReLU). The peers are ``torch.nn`` modules holding the same weights; every output is checked
-against torch eager before it is timed (max abs error in the table). ncd's first call (plan,
-code generation, OpenCL build) and torch.compile's (inductor) are shown apart from the steady
-medians. Not here yet: the issue's LSTM layer (ncd has no recurrent cell).
+ReLU) and an LSTM layer (``nn.lstm``: 256 steps, 512 inputs and hidden units, batch 8,
+unrolled by ``ncd.scan``). The peers are ``torch.nn`` modules holding the same weights; every
+output is checked against torch eager before it is timed (max abs error in the table). ncd's
+first call (plan, code generation, OpenCL build) and torch.compile's (inductor) are shown
+apart from the steady medians.
 
     python benchmarks/conv_bench.py            # the issue's sizes (minutes on 2 cores)
-    python benchmarks/conv_bench.py --quick    # 16 channels, 14x14, batch 2: seconds
+    python benchmarks/conv_bench.py --quick    # 16 channels, 14x14, batch 2; 32 steps of 64
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch import nn
 
 import ncd
 from ncd import conv, ops
+from ncd import nn as ncd_nn
 
 
 def _median(fn: Callable[[], Any], reps: int) -> float:
@@ -78,28 +80,48 @@ def block_case(c: int, hw: int) -> tuple[Any, nn.Module, dict[str, str]]:
     return block, BasicBlock(c).eval(), {n: n for n in names}
 
 
+def lstm_case(steps: int, width: int, batch: int) -> tuple[Any, nn.Module, torch.Tensor]:
+    model = ncd_nn.lstm(width, width, seq=steps, batch=ncd.Axis("n", size=batch), label="")
+    return model, nn.LSTM(width, width).eval(), torch.randn(steps, batch, width)
+
+
+Case = tuple[str, Any, nn.Module, torch.Tensor, dict[str, str]]
+
+
+def _conv_cases(c: int, hw: int, batch: int) -> list[Case]:
+    out: list[Case] = []
+    for name, make in (("conv2d 3x3", conv_case), ("resnet basic block", block_case)):
+        model, peer, names = make(c, hw)
+        with torch.no_grad():
+            for m in peer.modules():
+                if isinstance(m, nn.BatchNorm2d):  # statistics other than the initial ones
+                    m.running_mean.normal_(0, 0.1)
+                    m.running_var.uniform_(0.5, 2.0)
+        model = model.over(ncd.Axis("n", size=batch))
+        out.append((name, model, peer, torch.randn(batch, c, hw, hw), names))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     c, hw, batch = (16, 14, 2) if args.quick else (64, 56, 8)
+    steps, width = (32, 64) if args.quick else (256, 512)
     torch.manual_seed(0)
     rows = []
-    for name, make in (("conv2d 3x3", conv_case), ("resnet basic block", block_case)):
-        model, peer, names = make(c, hw)
-        model = model.over(ncd.Axis("n", size=batch))
-        with torch.no_grad():
-            for m in peer.modules():
-                if isinstance(m, nn.BatchNorm2d):  # statistics other than the initial ones
-                    m.running_mean.normal_(0, 0.1)
-                    m.running_var.uniform_(0.5, 2.0)
+    cases = _conv_cases(c, hw, batch)
+    lstm, lstm_peer, lstm_x = lstm_case(steps, width, batch)
+    cases.append(("lstm layer", lstm, lstm_peer, lstm_x, {k: k for k in lstm_peer.state_dict()}))
+    for name, model, peer, x, names in cases:
         state = peer.state_dict()
-        params = {k: state[v].numpy() for k, v in names.items()}
-        x = torch.randn(batch, c, hw, hw)
+        shapes = {k: v.shape for k, v in ncd.init(model).items()}  # torch's layout merges ncd's
+        params = {k: state[v].numpy().reshape(shapes[k]) for k, v in names.items()}
         xn = x.numpy()
         with torch.no_grad():
-            want = peer(x).numpy()
+            want = peer(x)
+            want = (want[0] if isinstance(want, tuple) else want).numpy()
         exe = ncd.compile(model, "opencl")
         ncd_first = _first(lambda: exe(xn, params=params))
         err = float(np.max(np.abs(exe(xn, params=params) - want)))
@@ -111,7 +133,10 @@ def main() -> None:
             tc_t = _median(lambda: compiled(x), args.reps)
         rows.append((name, err, ncd_first, ncd_t, eager_t, tc_first, tc_t))
     threads = torch.get_num_threads()
-    print(f"batch {batch}, {c} -> {c} channels, {hw}x{hw}, float32, torch threads {threads}")
+    print(
+        f"batch {batch}, {c} -> {c} channels, {hw}x{hw}; lstm {steps} steps x {width}; float32, "
+        f"torch threads {threads}"
+    )
     head = f"{'workload':<20} {'max err':>9} {'ncd 1st':>8} {'ncd ms':>8} {'eager ms':>9}"
     print(head + f" {'tc 1st':>7} {'tc ms':>8} {'ncd/eager':>9} {'ncd/tc':>7}")
     for name, err, nf, nt, et, tf, tt in rows:

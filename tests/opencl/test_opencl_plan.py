@@ -151,13 +151,19 @@ def test_matmul_work_group_tile_from_the_plan(s: int, e: int) -> None:
     # (1 row is below the tiled template's 4 rows per work-item: the pointwise renderer runs)
     rows = ncd.Axis("s", size=s)
     lin = (ops.linear("d -> e", d=16, e=e) >> ops.gelu()).over(rows)
-    plan = ncd.plan(lin, target="opencl", tiles={("s", 0): 16, ("e", 0): 4})
+    # 16 rows a group, or as many (whole work-items of 4) as there are rows: a tile may not pass
+    # the rows by more than the template's default group does
+    tall = min(16, 4 * -(-s // 4))
+    plan = ncd.plan(lin, target="opencl", tiles={("s", 0): tall, ("e", 0): 4})
     gen = generate(lin.graph, plan=plan)
     (src,) = gen.kernels
-    assert src.style == "tiled" and src.local_size == (2, 4)  # (columns, rows) of work-items
-    assert "reqd_work_group_size(2, 4, 1)" in src.text
+    # (columns, rows) of work-items
+    assert src.style == "tiled" and src.local_size == (2, tall // 4)
+    assert f"reqd_work_group_size(2, {tall // 4}, 1)" in src.text
     default = generate(lin.graph)
-    assert default.kernels[0].local_size == (8, 8)
+    # 8 x 8 work-items, no taller than the rows need (4 per work-item), wider where e allows
+    tall = min(8, -(-s // 4))
+    assert default.kernels[0].local_size == (max(8, min(64 // tall, -(-e // 2))), tall)
     params = ncd.init(lin, seed=1)
     x = np.random.default_rng(s).standard_normal((s, 16)).astype(np.float32)
     x[0, 3] = np.inf

@@ -61,7 +61,7 @@ __kernel void k1_layernorm(
 }
 
 // k2_linear_view_linear4: [q] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0)
-__attribute__((reqd_work_group_size(8, 8, 1)))
+__attribute__((reqd_work_group_size(8, 4, 1)))
 __kernel void k2_linear_view_linear4(
     __global const float* restrict in4,
     __global const float* restrict w_blocks_0_attn_q_weight,
@@ -130,7 +130,7 @@ __kernel void k2_linear_view_linear4(
 }
 
 // k2_linear_view_linear5: [k, rename] group(seq/t_seq@L0) group(heads/t_heads@L0) group(d_head/t_d_head@L0) group(seq_k/t_seq@L0)
-__attribute__((reqd_work_group_size(8, 8, 1)))
+__attribute__((reqd_work_group_size(8, 4, 1)))
 __kernel void k2_linear_view_linear5(
     __global const float* restrict in4,
     __global const float* restrict w_blocks_0_attn_k_weight,
@@ -371,7 +371,7 @@ __kernel void k3_einsum_scale_causal_mask_softmax(
 }
 
 // k4_linear_binary: [o, add] group(seq/t_seq@L0) group(d_model/t_d_model@L0)
-__attribute__((reqd_work_group_size(8, 8, 1)))
+__attribute__((reqd_work_group_size(8, 4, 1)))
 __kernel void k4_linear_binary(
     __global const float* restrict in14,
     __global const float* restrict in3,
@@ -462,7 +462,7 @@ __kernel void k4_linear_binary(
 }
 
 // k18_linear_unary: [fc, gelu] group(seq/1@L1) group(d_ff/1@L1)
-__attribute__((reqd_work_group_size(8, 8, 1)))
+__attribute__((reqd_work_group_size(12, 4, 1)))
 __kernel void k18_linear_unary(
     __global const float* restrict in17,
     __global const float* restrict w_blocks_0_mlp_fc_weight,
@@ -532,7 +532,7 @@ __kernel void k18_linear_unary(
 }
 
 // k20_linear_binary: [proj, add] group(seq/1@L1) group(d_model/1@L1)
-__attribute__((reqd_work_group_size(8, 8, 1)))
+__attribute__((reqd_work_group_size(8, 4, 1)))
 __kernel void k20_linear_binary(
     __global const float* restrict in19,
     __global const float* restrict in16,
@@ -671,7 +671,7 @@ __kernel void k39_linear_binary_layernorm(
 }
 
 // k13_linear: [lm_head] group(seq/t_seq@L0) group(vocab/t_vocab@L0)
-__attribute__((reqd_work_group_size(8, 8, 1)))
+__attribute__((reqd_work_group_size(8, 4, 1)))
 __kernel void k13_linear(
     __global const float* restrict in40,
     __global const float* restrict w_lm_head_weight,

@@ -448,6 +448,9 @@ def _assemble(
                 heapq.heappush(ready, (min(kernels[m]), m))
     if len(order) < len(kernels):  # the merge rules exclude cycles; this guards the invariant
         raise ScheduleError("fusion planner produced a cyclic kernel order (a bug)")
+    # a kernel that writes nothing (values traced and never read: a scan's unused final
+    # state) is never launched; its nodes belong to no kernel
+    order = [k for k in order if io(kernels[k])[1]]
     labels = axis_labels(graph)
 
     def tile(a: Axis) -> int | str:
@@ -476,11 +479,11 @@ def _assemble(
         ins, outs = io(nodes)
         body = "_".join(dict.fromkeys(graph.nodes[i].op.kind for i in nodes))[:40]
         out.append(Kernel(graph, nodes, ins, outs, parts, f"k{len(out)}_{body}"))
-    owner = {i: position[k] for k in range(len(kernels)) for i in kernels[k]}
+    owner = {i: position[k] for k in order for i in kernels[k]}
     bounds = []
     for p, kern in enumerate(out):
         for v in kern.outputs:
-            readers = sorted({owner[c] for c in graph.consumers[v]} - {p})
+            readers = sorted({owner[c] for c in graph.consumers[v] if c in owner} - {p})
             if not readers:
                 continue
             if len(readers) > 1 or v in graph.outputs:
@@ -491,7 +494,7 @@ def _assemble(
                     "written to memory once"
                 )
             else:
-                later = [c for c in graph.consumers[v] if owner[c] != p]
+                later = [c for c in graph.consumers[v] if owner.get(c, p) != p]
                 joined = (
                     f"{graph.nodes[later[0]].op.label} joined {out[owner[later[0]]].name}"
                     if later

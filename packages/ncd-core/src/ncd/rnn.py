@@ -5,10 +5,11 @@ language model of an embedding, recurrent layers and a linear head.
 Each direction of each layer reads the whole sequence through its input matrix once (one
 einsum over every position, as cuDNN does), then ``ncd.scan`` walks the positions with a cell
 that closes over the recurrent matrices, so the parameters exist once however long the
-sequence. The parameters carry torch's names and layouts (``weight_ih_l0`` ``(gates *
-hidden, d_in)``, ``bias_hh_l1_reverse``...) with the gate axis kept apart: torch's gate order
-(``i f g o`` for the LSTM, ``r z n`` for the GRU) is the order along it, so a torch
-``state_dict`` loads as it is (``ncd_torch.load_state_dict``). ``ncd.nn`` re-exports these.
+sequence. The parameters carry torch's names and layouts (``weight_ih_l0`` ``[gates d_in]``
+with ``|gates| = 4 * hidden`` for the LSTM in its order ``i f g o``, ``r z n`` for the GRU;
+``bias_hh_l1_reverse``...), so a torch ``state_dict`` loads as it is
+(``ncd_torch.load_state_dict``); each gate is a slice of ``gates`` renamed onto ``hidden``.
+``ncd.nn`` re-exports these.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ncd._term import Term
 from ncd._trace import _ACTIVE, Tensor, trace
 from ncd.axis import ArrayType, Axis, show
 from ncd.axis import axis_arg as _ax
-from ncd.errors import DefinitionError
+from ncd.errors import DefinitionError, SizeError
 from ncd.primitives.indexing import Concat
 from ncd.primitives.library import Constant, Parameter, View
 from ncd.scan import scan
@@ -31,7 +32,7 @@ __all__ = ["RecurrentBlock", "gru", "lstm", "recurrent", "rnn", "rnn_lm"]
 
 AxisArg = Axis | int | str | None
 
-#: gates per kind, in torch's order along the gate axis
+#: gates per kind, in torch's order along the ``gates`` axis
 GATES = {"rnn": ("h",), "gru": ("r", "z", "n"), "lstm": ("i", "f", "g", "o")}
 #: the most layers a recurrent stack builds (each is unrolled along the sequence)
 MAX_LAYERS = 64
@@ -161,9 +162,15 @@ def _stack(kind: str, args: dict[str, Any], act: str) -> Term:
             f"{kind}: d_in, hidden, seq and batch must be different axes, got "
             f"{[a.describe() for a in (di, h, s)]}. Fix: name each its own."
         )
+    if not isinstance(h.size, int):
+        raise SizeError(
+            f"{kind}: the hidden axis {h.describe()} needs its size when the model is built (each "
+            f"gate is a slice of {len(GATES[kind])} x hidden). Fix: pass hidden=512 or a sized "
+            "ncd.Axis."
+        )
     lead = () if bt is None else ((bt, s) if first else (s, bt))
     dirs = ("", "_reverse") if both else ("",)
-    g = Axis("gate", size=len(GATES[kind]))
+    q = Axis("gates", size=len(GATES[kind]) * h.size)
     k = Axis(f"{h.name}_prev", size=h.size)
     joined = Axis(f"{h.name}_dirs", size=None if h.size is None else 2 * h.size)
     width = joined if both else h
@@ -178,16 +185,16 @@ def _stack(kind: str, args: dict[str, Any], act: str) -> Term:
     def body(x: Tensor) -> Tensor:
         weights = []
         for layer, f in enumerate(feats):
-            per = []
+            per: list[list[Tensor]] = []
             for sfx in dirs:
                 tag = f"_l{layer}{sfx}"
-                w = (param((g, h, f), f"weight_ih{tag}"), param((g, h, k), f"weight_hh{tag}"))
+                w = [param((q, f), f"weight_ih{tag}"), param((q, k), f"weight_hh{tag}")]
                 if bias:
-                    w += (param((g, h), f"bias_ih{tag}", "zeros"),)
-                    w += (param((g, h), f"bias_hh{tag}", "zeros"),)
+                    w += [param((q,), f"bias_ih{tag}", "zeros")]
+                    w += [param((q,), f"bias_hh{tag}", "zeros")]
                 per.append(w)
             weights.append(per)
-        y = recurrent(kind, x, weights, seq=s, out=width, act=act)
+        y = recurrent(kind, x, weights, seq=s, hidden=h, out=width, act=act)
         return _order(y, lead) if first else y
 
     return body
@@ -201,7 +208,7 @@ class RecurrentBlock(Term):
     direction by direction (``w_ih, w_hh[, b_ih, b_hh]`` each), for a front end that holds them
     as parameters of its own (``from_torch`` of ``nn.LSTM``, whose names they keep)."""
 
-    __slots__ = ("act", "bias", "directions", "kind", "layers", "out", "seq")
+    __slots__ = ("act", "bias", "directions", "hidden", "kind", "layers", "out", "seq")
 
     def __init__(
         self,
@@ -211,13 +218,14 @@ class RecurrentBlock(Term):
         directions: int,
         bias: bool,
         seq: Axis,
+        hidden: Axis,
         out: Axis,
         act: str = "tanh",
     ) -> None:
         per = 4 if bias else 2
         super().__init__(1 + layers * directions * per, 1)
         self.kind, self.layers, self.directions, self.bias = kind, layers, directions, bias
-        self.seq, self.out, self.act = seq, out, act
+        self.seq, self.hidden, self.out, self.act = seq, hidden, out, act
 
     def __repr__(self) -> str:
         return f"RecurrentBlock({self.kind!r}, layers={self.layers}, directions={self.directions})"
@@ -231,28 +239,34 @@ class RecurrentBlock(Term):
             weights = [
                 groups[i : i + self.directions] for i in range(0, len(groups), self.directions)
             ]
-            y = recurrent(self.kind, x, weights, seq=self.seq, out=self.out, act=self.act)
+            y = recurrent(
+                self.kind, x, weights, seq=self.seq, hidden=self.hidden, out=self.out, act=self.act
+            )
         finally:
             _ACTIVE.reset(token)
         return [y._ref]
 
 
-def recurrent(kind: str, x: Tensor, weights: Weights, *, seq: Axis, out: Axis, act: str) -> Tensor:
+def recurrent(
+    kind: str, x: Tensor, weights: Weights, *, seq: Axis, hidden: Axis, out: Axis, act: str
+) -> Tensor:
     """A stack of recurrent layers over ``x [.. seq .. feat]`` inside a trace: ``weights[l][d]``
-    holds layer ``l``'s direction ``d`` (forward, then backward) as ``(w_ih [gate hidden feat],
-    w_hh [gate hidden hidden_prev])`` and, with biases, ``(b_ih, b_hh) [gate hidden]``. The result
-    is every position's last-layer state ``[seq .. hidden]``, or both directions joined on
-    ``out`` (the next layer's input axis reads a layer's joined states directly)."""
-    have = weights[0][0][0].axes[2]  # the axis x holds its features on
+    holds layer ``l``'s direction ``d`` (forward, then backward) in torch's layout: ``(w_ih
+    [gates feat], w_hh [gates hidden_prev])`` and, with biases, ``(b_ih, b_hh) [gates]``, where
+    ``gates`` runs over torch's gates (``GATES[kind]``) of ``hidden`` units each. The result is
+    every position's last-layer state ``[seq .. hidden]``, or both directions joined on ``out``
+    (the next layer's input axis reads a layer's joined states directly)."""
+    have = weights[0][0][0].axes[1]  # the axis x holds its features on
+    h = hidden
     for layer, per in enumerate(weights):
-        feat, h = per[0][0].axes[2], per[0][0].axes[1]
+        feat = per[0][0].axes[1]
         if have != feat:  # the last layer's states as this layer's input
             x = ops.rename(have, feat)(x)
-        ys = [_direction(kind, x, w, seq, bool(d), act) for d, w in enumerate(per)]
+        ys = [_direction(kind, x, w, seq, h, bool(d), act) for d, w in enumerate(per)]
         if len(ys) == 1:
             x, have = ys[0], h
             continue
-        have = weights[layer + 1][0][0].axes[2] if layer + 1 < len(weights) else out
+        have = weights[layer + 1][0][0].axes[1] if layer + 1 < len(weights) else out
         fwd, bwd = Axis(f"{h.name}_fwd", size=h.size), Axis(f"{h.name}_bwd", size=h.size)
         join = ops.prim(Concat((fwd, bwd), have, name="directions"))
         x = join(ops.rename(h, fwd)(ys[0]), ops.rename(h, bwd)(ys[1]))
@@ -262,76 +276,75 @@ def recurrent(kind: str, x: Tensor, weights: Weights, *, seq: Axis, out: Axis, a
 
 
 def _direction(
-    kind: str, x: Tensor, w: Sequence[Tensor], s: Axis, reverse: bool, act: str
+    kind: str, x: Tensor, w: Sequence[Tensor], s: Axis, h: Axis, reverse: bool, act: str
 ) -> Tensor:
-    """One direction of one layer over ``x [.. s .. feat]``: every position's state ``[s .. h]``."""
+    """One direction of one layer over ``x [.. s .. feat]``: every position's state
+    ``[s .. h]``. The input matrix reads the whole sequence at once, outside the loop; each
+    step is one product of the recurrent matrix with the state (every gate at once: the tiled
+    matmul) and the gate arithmetic on slices of it, each gate's slice renamed onto ``h``."""
     w_ih, w_hh, *biases = w
-    g, h, feat = w_ih.axes
-    k = w_hh.axes[2]
-    gx: Tensor = ops.einsum("f, g h f -> g h", f=feat, g=g, h=h)(x, w_ih)
+    q, feat = w_ih.axes
+    k = w_hh.axes[1]
+    n = h.size
+    assert isinstance(n, int)  # sized by the builders (nn.lstm) and the importer
+    gx: Tensor = ops.einsum("f, q f -> q", f=feat, q=q)(x, w_ih)
     b_hh = None
     if biases:
         b_ih, b_hh = biases
         gx = gx + b_ih
-        if kind != "gru":  # the GRU's n gate scales W_hn h + b_hn by r: kept apart below
+        if kind != "gru":  # the GRU's n gate scales W_hn h + b_hn by r: added in the loop
             gx = gx + b_hh
             b_hh = None
-    at = [_gate(g, j) for j in range(len(GATES[kind]))]
-    xs = [pick(gx) for pick in at]  # [.. s .. h] per gate, read once outside the loop
-    ws = [pick(w_hh) for pick in at]  # [h k] per gate
-    bs = None if b_hh is None else [pick(b_hh) for pick in at]
+    parts = [Axis(f"{h.name}_{name}", size=h.size) for name in GATES[kind]]
 
-    def mv(j: int, hk: Tensor) -> Tensor:
-        out: Tensor = ops.einsum("h k, k -> h", h=h, k=k)(ws[j], hk)
-        return out if bs is None else out + bs[j]
+    def gate(v: Tensor, j: int) -> Tensor:
+        piece: Tensor = ops.slice(q, parts[j], start=j * n)(v)
+        return ops.rename(parts[j], h)(piece)  # type: ignore[no-any-return]
 
-    # the state renamed once per step onto ``k``, the axis every recurrent product contracts
+    def mv(state: Tensor) -> Tensor:
+        out: Tensor = ops.einsum("q k, k -> q", q=q, k=k)(w_hh, prev(state))
+        return out if b_hh is None else out + b_hh
+
+    # the state renamed once per step onto ``k``, the axis the recurrent matrix contracts
     sig, tanh, prev = ops.unary("sigmoid"), ops.unary("tanh"), ops.rename(h, k)
     cell: Callable[..., Any]
     if kind == "rnn":
 
-        def cell(state: Tensor, xh: Tensor) -> tuple[Tensor, Tensor]:
-            new: Tensor = ops.unary(act)(xh + mv(0, prev(state)))
+        def cell(state: Tensor, xt: Tensor) -> tuple[Tensor, Tensor]:
+            new: Tensor = ops.unary(act)(gate(xt + mv(state), 0))
             return new, new
 
     elif kind == "gru":
 
-        def cell(state: Tensor, xr: Tensor, xz: Tensor, xn: Tensor) -> tuple[Tensor, Tensor]:
-            hk = prev(state)
-            r, z = sig(xr + mv(0, hk)), sig(xz + mv(1, hk))
-            n = tanh(xn + r * mv(2, hk))
-            new: Tensor = (1.0 - z) * n + z * state
+        def cell(state: Tensor, xt: Tensor) -> tuple[Tensor, Tensor]:
+            gh = mv(state)
+            r, z = sig(gate(xt, 0) + gate(gh, 0)), sig(gate(xt, 1) + gate(gh, 1))
+            cand = tanh(gate(xt, 2) + r * gate(gh, 2))
+            new: Tensor = (1.0 - z) * cand + z * state
             return new, new
 
     else:
 
-        def cell(
-            state: Tensor, c: Tensor, xi: Tensor, xf: Tensor, xg: Tensor, xo: Tensor
-        ) -> tuple[Tensor, Tensor, Tensor]:
-            hk = prev(state)
-            i, f = sig(xi + mv(0, hk)), sig(xf + mv(1, hk))
-            c2: Tensor = f * c + i * tanh(xg + mv(2, hk))
-            new: Tensor = sig(xo + mv(3, hk)) * tanh(c2)
+        def cell(state: Tensor, c: Tensor, xt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            pre = xt + mv(state)
+            i, f, o = sig(gate(pre, 0)), sig(gate(pre, 1)), sig(gate(pre, 3))
+            c2: Tensor = f * c + i * tanh(gate(pre, 2))
+            new: Tensor = o * tanh(c2)
             return new, c2, new
 
     others = [a for a in x.axes if a not in (s, feat)]
     fmt = w_hh.type.dtype if w_hh.type is not None else None
     zero = ops.prim(Constant(0.0, (*others, h), dtype=fmt, name="zero_state"))
     zeros = [zero() for _ in range(2 if kind == "lstm" else 1)]
-    states = 2 if kind == "lstm" else 1
     run = scan(
-        cell, over=s, states=states, reverse=reverse, name=f"{kind}_reverse" if reverse else kind
+        cell,
+        over=s,
+        states=len(zeros),
+        reverse=reverse,
+        name=f"{kind}_reverse" if reverse else kind,
     )
-    outs = run(*zeros, *xs)
-    y: Tensor = outs[-1]
+    y: Tensor = run(*zeros, gx)[-1]
     return y
-
-
-def _gate(g: Axis, j: int) -> Callable[[Tensor], Tensor]:
-    """Gate ``j`` of a value over the gate axis ``g``: a one-wide slice, summed away."""
-    one = Axis(f"{g.name}_{j}", size=1)
-    piece = ops.slice(g, one, start=j) >> ops.sum(one)
-    return piece  # type: ignore[return-value]
 
 
 def _order(x: Tensor, axes: Sequence[Axis]) -> Tensor:

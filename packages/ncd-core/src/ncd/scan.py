@@ -310,8 +310,8 @@ class _Scan(Term):
         view = View(
             axes, first, tuple((a,) for a in axes), tuple((a,) for a in first), name="order"
         )
-        (out,) = b.apply(view, [ref], self.site)
-        return out
+        (moved,) = b.apply(view, [ref], self.site)
+        return moved
 
 
 def _param_count(b: Builder) -> int:

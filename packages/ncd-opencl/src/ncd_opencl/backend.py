@@ -225,27 +225,47 @@ class Compiled:
         self._sized: OrderedDict[tuple[int, ...], tuple[dict[int, Any], list[Any]]]
         self._sized = OrderedDict()
         self._free_axes = tuple(a for a in graph.axes if a.size is None)
-        if not self.free:
-            self.values = self._allocate(graph)
         # name -> (the caller's array, its buffer, the snapshot uploaded; None: read in place)
         self.params: dict[str, tuple[Any, Any, np.ndarray | None]] = {}
         # one kernel object per function: identical layers launch the same one (PoCL compiles
         # a work-group function per kernel object)
         functions = {k.name: cl.Kernel(self.program, k.name) for k in self.gen.kernels if k.text}
         self.launches = [(functions[k.name], k) for k in self.gen.kernels]
+        if not self.free:
+            self.values = self._allocate(graph)
         self.zero_copy = bool(self.device.host_unified_memory)
         self.pool = OutputPool(enabled=reuse_outputs)
 
     def _allocate(self, graph: Graph) -> dict[int, Any]:
+        """One device buffer per value the kernels pass, an intermediate's buffer handed on
+        once the last kernel reading it has been launched (the queue runs in order), to a
+        later intermediate of the same byte size: an unrolled scan's steps then cycle through
+        a few buffers that stay in cache instead of one fresh buffer per step. Model inputs
+        and outputs keep buffers of their own."""
         import pyopencl as cl
 
+        last: dict[int, int] = {}
+        for n, (_, src) in enumerate(self.launches):
+            for b in src.buffers:
+                if b.value is not None:
+                    last[b.value] = n
+        own = set(graph.inputs) | set(graph.outputs)
+        free: dict[int, list[Any]] = {}
         values: dict[int, Any] = {}
-        for k in self.gen.kernels:
-            for b in k.buffers:
-                if b.value is not None and b.value not in values:
-                    values[b.value] = cl.Buffer(
-                        self.ctx, cl.mem_flags.READ_WRITE, max(4, _nbytes(graph, b))
-                    )
+        for n, (_, src) in enumerate(self.launches):
+            for b in src.buffers:
+                v = b.value
+                if v is None or v in values:
+                    continue
+                size = max(4, _nbytes(graph, b))
+                spare = free.get(size) if v not in own else None
+                values[v] = (
+                    spare.pop() if spare else cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, size)
+                )
+            for b in src.buffers:
+                v = b.value
+                if v is not None and last[v] == n and v not in own and v in values:
+                    free.setdefault(max(4, _nbytes(graph, b)), []).append(values[v])
         return values
 
     def sized(self, graph: Graph) -> dict[int, Any]:

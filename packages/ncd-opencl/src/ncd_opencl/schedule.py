@@ -48,18 +48,21 @@ def opencl_plan(
     from ncd_opencl.plan import choose_layouts, plan_for
 
     base = plan_for(graph, fuse)
-    plan = annotate(base, choose_layouts(base), tiled)
+    plan = annotate(base, choose_layouts(base), tiled, local)
     if tiles:
         plan = apply_tiles(plan, tiles)
     check(plan, local)
     return plan
 
 
-def annotate(plan: FusionPlan, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool) -> FusionPlan:
-    """``plan`` with each kernel's template tiles as its choices, marked ``target="opencl"``."""
+def annotate(
+    plan: FusionPlan, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool, local: bool = False
+) -> FusionPlan:
+    """``plan`` with each kernel's template tiles as its choices, marked ``target="opencl"``
+    (``local``: the local-memory matmul, whose work-groups are fixed)."""
     kernels = []
     for k in plan.kernels:
-        made = _choices(k, layouts, tiled)
+        made = _choices(k, layouts, tiled, local)
         kernels.append(k.with_choices(made) if made else k)
     return FusionPlan(plan.graph, kernels, plan.boundaries, target="opencl")
 
@@ -76,7 +79,9 @@ def template_of(kernel: Kernel) -> str:
     return ""
 
 
-def _choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool) -> list[Partition]:
+def _choices(
+    k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool, local: bool
+) -> list[Partition]:
     from ncd_opencl.convolve import conv_kernel
 
     g = k.graph
@@ -85,7 +90,7 @@ def _choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool) ->
     if k.streamed:
         return _stream_choices(k)
     if tiled:
-        made = _matmul_choices(k, layouts)
+        made = _matmul_choices(k, layouts, local)
         if made:
             return made
         if conv_kernel(k, layouts) is not None:
@@ -151,7 +156,9 @@ def _matmul(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> Any:
     return lin, m_axes, n_axes
 
 
-def _matmul_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[Partition]:
+def _matmul_choices(
+    k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], local: bool = False
+) -> list[Partition]:
     from ncd_opencl.matmul import RM, RN, WG_M, WG_N
 
     found = _matmul(k, layouts)
@@ -160,8 +167,9 @@ def _matmul_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[
     _, m_axes, n_axes = found
     g = k.graph
     # few rows (a recurrent cell's batch): a group no taller than the rows, as wide as the
-    # work-items it frees, so no work-item computes clamped copies of the last rows
-    wg_m = max(1, min(WG_M, -(-_prod(g, m_axes) // RM)))
+    # work-items it frees, so no work-item computes clamped copies of the last rows (the
+    # local-memory variant stages fixed 8 x 8 groups)
+    wg_m = WG_M if local else max(1, min(WG_M, -(-_prod(g, m_axes) // RM)))
     wg_n = max(WG_N, min((WG_M * WG_N) // wg_m, -(-_prod(g, n_axes) // RN)))
     out: list[Partition] = []
     for axes, per_item, per_group in ((m_axes, RM, RM * wg_m), (n_axes, RN, RN * wg_n)):

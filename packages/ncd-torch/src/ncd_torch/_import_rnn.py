@@ -1,9 +1,9 @@
 """Import rules for torch's recurrent layers (issue 15): ``aten.lstm``, ``aten.gru``,
 ``aten.rnn_tanh`` and ``aten.rnn_relu``, the single ops ``nn.LSTM``/``nn.GRU``/``nn.RNN``
-export to. Each weight becomes a ``Parameter`` under its torch name (``lstm.weight_ih_l0``)
-with the gate axis kept apart (``(4 * hidden, d_in)`` read as ``(gate, hidden, d_in)``, the
-same elements), and the layer one ``ncd.rnn.RecurrentBlock`` over them: ``ncd.scan`` unrolled
-along the sequence, so the length is fixed at import (another length is another unrolling).
+export to. Each weight becomes a ``Parameter`` under its torch name and in its layout
+(``lstm.weight_ih_l0`` ``(4 * hidden, d_in)``), and the layer one ``ncd.rnn.RecurrentBlock``
+over them: ``ncd.scan`` unrolled along the sequence, so the length is fixed at import (another
+length is another unrolling).
 
 Refused, each by name: an initial state other than zeros, dropout between layers while
 training, ``proj_size``, and reading the final states ``(h_n, c_n)``.
@@ -79,7 +79,7 @@ def _recurrent(c: Capture, node: Any) -> None:
         raise c.unsupported(node, "proj_size (an LSTM with a projection of its states)")
     gates = len(GATES[kind])
     hidden = int(c.shape(flat[1])[1])
-    g = c.axes.new(gates, "gate", 1)
+    q = c.axes.new(gates * hidden, "gates", 1)
     h = c.axes.new(hidden, "hidden", 1)
     k = c.axes.new(hidden, "hidden_prev", 1)
     out = c.axes.new(hidden * n_dirs, "hidden_dirs", 1) if both else h
@@ -90,23 +90,22 @@ def _recurrent(c: Capture, node: Any) -> None:
         for d in range(n_dirs):
             tag = f"_l{layer}{'_reverse' if d else ''}"
             group = flat[(layer * n_dirs + d) * per : (layer * n_dirs + d + 1) * per]
-            shapes = [(g, h, f), (g, h, k), (g, h), (g, h)][:per]
+            shapes = [(q, f), (q, k), (q,), (q,)][:per]
             names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"][:per]
             for arg, axes, what in zip(group, shapes, names, strict=True):
                 array = c.param(arg)
-                ncd_shape = tuple(c.axes.size[v] for v in axes)
                 op = Parameter(
                     tuple(c.axis(v) for v in axes),
                     "zeros" if what.startswith("bias") else "normal",
                     param=f"{what}{tag}",
                     name=leaf,
                 )
-                keys.append(c.op(node, op, [], {f"{what}{tag}": array.reshape(ncd_shape)}))
+                keys.append(c.op(node, op, [], {f"{what}{tag}": array}))
     getitems = [u for u in node.users if u.target is operator.getitem]
     if len(getitems) != len(node.users) or any(int(u.args[1]) and u.users for u in getitems):
         raise c.unsupported(node, "reading the final states (h_n, c_n): only the output is")
     act = "relu" if aten == "aten.rnn_relu" else "tanh"
-    s_ax, out_ax = c.axis(seq), c.axis(out)
+    s_ax, h_ax, out_ax = c.axis(seq), c.axis(h), c.axis(out)
 
     def make(final: Callable[[Axis], Axis]) -> Term:
         return RecurrentBlock(
@@ -115,11 +114,12 @@ def _recurrent(c: Capture, node: Any) -> None:
             directions=n_dirs,
             bias=bool(has_biases),
             seq=final(s_ax),
+            hidden=final(h_ax),
             out=final(out_ax),
             act=act,
         )
 
-    block = BlockRecord(make, (s_ax, out_ax))
+    block = BlockRecord(make, (s_ax, h_ax, out_ax))
     c._record(node, block, [x, *keys], {})  # type: ignore[arg-type]
     lead = dims[:-1]
     for u in getitems:

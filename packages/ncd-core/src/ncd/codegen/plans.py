@@ -226,7 +226,7 @@ def linear_form(g: Graph, heavy: Sequence[Node], made: Collection[int]) -> Linea
         bias = (node, "bias") if op.bias else None
         return LinearForm(node, node.inputs[0], op.in_axes, op.out_axes, (node, "weight"), bias)
     xi = _activation_side(op) if len(node.inputs) == 2 else None
-    if xi is None:
+    if xi is None or not isinstance(op, L.Einsum):
         return None
     x_core, w_core, out = op.inputs[xi], op.inputs[1 - xi], tuple(op.output)
     x, w = node.inputs[xi], node.inputs[1 - xi]
