@@ -20,7 +20,7 @@ from ncd.graph import Scope
 if TYPE_CHECKING:
     from ncd._term import Term
 
-__all__ = ["Tensor", "apply_term", "trace"]
+__all__ = ["Tensor", "apply_term", "call_on", "trace"]
 
 _ACTIVE: contextvars.ContextVar[Builder | None] = contextvars.ContextVar("ncd_trace", default=None)
 
@@ -183,14 +183,22 @@ def _trace(
     holes: list[Hole] = [b.new_slot() for _ in range(n_in)]
     for hole, t in zip(holes, inputs or (), strict=False):
         b.materialise(hole, _array_type(t))
+    outs = call_on(b, fn, holes, f"{fn.__name__} must return tensors of its own trace")
+    graph = b.finish(outs, what=fn.__name__)
+    return GraphTerm(graph, site)
+
+
+def call_on(b: Builder, fn: Callable[..., Any], refs: Sequence[Ref], what: str) -> list[Ref]:
+    """``fn`` called on tensors of ``refs`` with ``b`` the active trace (its ops lower into
+    ``b``; ``ncd.scan``'s cell functions, ``ncd.rnn.RecurrentBlock``): the refs it returns.
+    ``what`` opens the ``TraceError`` for a result that is not tensors of ``b``."""
     token = _ACTIVE.set(b)
     try:
-        result = fn(*(Tensor(b, h) for h in holes))
+        result = fn(*(Tensor(b, r) for r in refs))
     finally:
         _ACTIVE.reset(token)
     outs = result if isinstance(result, tuple | list) else (result,)
     for o in outs:
         if not isinstance(o, Tensor) or o._builder is not b:
-            raise TraceError(f"{fn.__name__} must return tensors of its own trace, got {show(o)}")
-    graph = b.finish([o._ref for o in outs], what=fn.__name__)
-    return GraphTerm(graph, site)
+            raise TraceError(f"{what}, got {show(o)}")
+    return [o._ref for o in outs]

@@ -20,7 +20,7 @@ from typing import Any
 from ncd import ops
 from ncd._lower import Builder, Ref
 from ncd._term import Term
-from ncd._trace import _ACTIVE, Tensor, trace
+from ncd._trace import Tensor, call_on, trace
 from ncd.axis import ArrayType, Axis, show
 from ncd.axis import axis_arg as _ax
 from ncd.errors import DefinitionError, SizeError
@@ -231,20 +231,15 @@ class RecurrentBlock(Term):
         return f"RecurrentBlock({self.kind!r}, layers={self.layers}, directions={self.directions})"
 
     def lower(self, b: Builder, ins: Sequence[Ref]) -> list[Ref]:
-        token = _ACTIVE.set(b)
-        try:
-            x, *flat = (Tensor(b, r) for r in ins)
-            per = 4 if self.bias else 2
-            groups = [flat[i : i + per] for i in range(0, len(flat), per)]
-            weights = [
-                groups[i : i + self.directions] for i in range(0, len(groups), self.directions)
-            ]
-            y = recurrent(
-                self.kind, x, weights, seq=self.seq, hidden=self.hidden, out=self.out, act=self.act
-            )
-        finally:
-            _ACTIVE.reset(token)
-        return [y._ref]
+        return call_on(b, self._stack, ins, f"{self!r}")
+
+    def _stack(self, x: Tensor, *flat: Tensor) -> Tensor:
+        per = 4 if self.bias else 2
+        groups = [list(flat[i : i + per]) for i in range(0, len(flat), per)]
+        weights = [groups[i : i + self.directions] for i in range(0, len(groups), self.directions)]
+        return recurrent(
+            self.kind, x, weights, seq=self.seq, hidden=self.hidden, out=self.out, act=self.act
+        )
 
 
 def recurrent(

@@ -27,9 +27,9 @@ from typing import Any
 
 from ncd._lower import Builder, Ref
 from ncd._term import Term, call_site
-from ncd._trace import _ACTIVE, Tensor
+from ncd._trace import call_on
 from ncd.axis import Axis, AxisLike, show
-from ncd.errors import AlignmentError, DefinitionError, SizeError, TraceError
+from ncd.errors import AlignmentError, DefinitionError, SizeError
 from ncd.primitives.indexing import Concat, Slice
 from ncd.primitives.library import Binary, Constant, Reduce, View
 
@@ -209,19 +209,8 @@ class _Scan(Term):
         if isinstance(cell, Term):
             outs = list(cell.lower(b, ins))
         else:
-            token = _ACTIVE.set(b)
-            try:
-                res = cell(*(Tensor(b, r) for r in ins))
-            finally:
-                _ACTIVE.reset(token)
-            got = res if isinstance(res, tuple | list) else (res,)
-            for o in got:
-                if not isinstance(o, Tensor) or o._builder is not b:
-                    raise TraceError(
-                        f"scan {self.name!r}: the cell must return tensors of the enclosing "
-                        f"trace, got {show(o)}. Fix: return the new states then the outputs."
-                    )
-            outs = [o._ref for o in got]
+            what = f"scan {self.name!r}: the cell must return the new states then the outputs"
+            outs = call_on(b, cell, ins, what + ", tensors of the enclosing trace")
         if len(outs) != self.n_out:
             raise DefinitionError(
                 f"scan {self.name!r}: the cell returned {len(outs)} values, expected "
