@@ -424,12 +424,30 @@ def test_training_mode_batch_norm_is_refused_by_name():
         from_torch(ConvNet().train(), (torch.randn(2, 3, 14, 14),))
 
 
-def test_an_lstm_gives_one_short_error():
+def test_an_lstm_tagger_imports_and_matches_torch():
+    # recurrent layers import as scans (issue 15)
+    torch.manual_seed(1)
+    module = Tagger().eval()
+    ids = torch.randint(0, 20, (2, 5))
+    with _quiet():
+        model, params = from_torch(module, (ids,))
+    with torch.no_grad():
+        want = module(ids).numpy()
+    np.testing.assert_allclose(ncd.run(model, ids.numpy(), params=params), want, atol=1e-5)
+
+
+def test_an_lstm_fed_its_own_state_gives_one_short_error():
+    class Seeded(Tagger):
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            h0 = torch.ones(1, ids.shape[0], 16)
+            out, _ = self.lstm(self.emb(ids), (h0, h0))
+            return self.head(out)
+
     with _quiet(), pytest.raises(TorchImportError) as info:
-        from_torch(Tagger().eval(), (torch.randint(0, 20, (2, 5)),))
+        from_torch(Seeded().eval(), (torch.randint(0, 20, (2, 5)),))
     message = str(info.value)
     assert len(message.splitlines()) <= 5
-    assert "lstm (LSTM)" in message and "recurrent layers are not supported yet" in message
+    assert "lstm (LSTM)" in message and "an initial state other than zeros" in message
     assert [p.op for p in info.value.problems] == ["aten.lstm"]
 
 
