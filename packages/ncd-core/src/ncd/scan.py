@@ -133,7 +133,7 @@ class _Scan(Term):
         n = self._length(b, over)
         steps = range(n - 1, -1, -1) if self.reverse else range(n)
         ys: list[list[Ref]] = []
-        seen_params = _param_count(b)
+        held = 0  # parameters in the graph after the first step
         for t, step in enumerate(steps):
             xs = [self._at(b, ref, a, step) for ref, a in zip(seqs, over, strict=True)]
             outs = self._cell(b, [*state, *xs])
@@ -142,9 +142,9 @@ class _Scan(Term):
             after = [self._axes_of(b, ref) for ref in state]
             self._check_state(b, t, before, after)
             if t == 0:
-                seen_params = self._check_params(b, seen_params, t)
+                held = _param_count(b)
             elif t == 1:
-                self._check_params(b, seen_params, t)
+                self._refuse_new_params(b, held)
             ys.append(y)
         if self.reverse:
             ys.reverse()
@@ -234,8 +234,8 @@ class _Scan(Term):
         after: list[frozenset[str]],
     ) -> None:
         for i, (old, new) in enumerate(zip(before, after, strict=True)):
-            grows_first = t == 0 and old <= new  # an initial state broadcast over new axes
-            if old == new or grows_first or (t == 0 and not old):
+            # step 0 may broadcast an initial state over new axes (or type an untyped one)
+            if old == new or (t == 0 and old <= new):
                 continue
 
             def names(uids: frozenset[str]) -> str:
@@ -249,9 +249,10 @@ class _Scan(Term):
                 "came in with (sum or rename what the cell adds, ops.rename an axis back)."
             )
 
-    def _check_params(self, b: Builder, seen: int, t: int) -> int:
+    def _refuse_new_params(self, b: Builder, seen: int) -> None:
+        """The second step added parameters the first already made: the cell holds its own."""
         now = _param_count(b)
-        if t == 1 and now > seen:
+        if now > seen:
             held = [name for node in b.nodes for name, _ in node.params()][-(now - seen) :]
             raise DefinitionError(
                 f"scan {self.name!r} (built at {self.site}): the cell holds learned parameters "
@@ -260,7 +261,6 @@ class _Scan(Term):
                 "read them: inside ncd.trace, w = ops.learned([...], name='w')() and a cell "
                 "function closing over w (as nn.lstm does)."
             )
-        return now
 
     def _stack(self, b: Builder, ys: list[Ref], over: Axis) -> Ref:
         """The per-step values joined along ``over`` (the sequences' own axis), which leads

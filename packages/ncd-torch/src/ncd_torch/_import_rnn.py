@@ -120,7 +120,7 @@ def _recurrent(c: Capture, node: Any) -> None:
         )
 
     block = BlockRecord(make, (s_ax, h_ax, out_ax))
-    c._record(node, block, [x, *keys], {})  # type: ignore[arg-type]
+    c.op(node, block, [x, *keys])  # type: ignore[arg-type]  # a whole term: _emit calls it
     lead = dims[:-1]
     for u in getitems:
         c.done.add(u.name)
