@@ -451,8 +451,7 @@ def _batch_norm(t: Tape, op: BatchNorm, xs: list[int]) -> list[int]:
 # -- contractions and learned maps -------------------------------------------------------------
 
 
-@_vjp(L.Einsum)
-def _einsum(t: Tape, op: L.Einsum, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
+def _einsum_vjp(t: Tape, op: L.Einsum, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     out: list[int | None] = []
     for k, x in enumerate(xs):
         if not need[k]:
@@ -472,6 +471,9 @@ def _einsum(t: Tape, op: L.Einsum, xs: list[int], ys: list[int], cts: Any, need:
             ins.append(t.const(1.0, missing, cts[0]))
         out.append(t.one(L.Einsum(tuple(groups), want), *ins))
     return out
+
+
+_vjp(L.Einsum)(_einsum_vjp)
 
 
 @grad_rule(L.Linear)
@@ -753,6 +755,8 @@ def _reduce(t: Tape, op: L.Reduce, xs: list[int], ys: list[int], cts: Any, need:
         return [t.one(L.Scale(op.axes_, -1.0), t.fit(ct, full))]
     if op.fn == "prod":  # d prod / dx_i = prod_{j != i} x_j, exact where some x_j = 0
         return [t.fit(t.bin("mul", ct, _exclusive(t, x, op.axes_)), full)]
+    if op.fn == "logsumexp":  # d lse / dx_i = exp(x_i - lse): the softmax of x
+        return [t.bin("mul", t.u("exp", t.bin("sub", x, y)), ct)]
     # max / min: the cotangent goes to every position that attains the extremum
     gap = t.bin("sub", y, x) if op.fn == "max" else t.bin("sub", x, y)
     hit = t.sc("sub", t.step(gap), 1.0, reverse=True)
@@ -840,6 +844,168 @@ def _rmsnorm(t: Tape, op: L.RMSNorm, xs: list[int]) -> list[int]:
 Wrt = Literal["params", "inputs"] | Sequence[str | int]
 
 
+# -- normalised contractions: FlashAttention-2's backward --------------------------------------
+
+#: ops a backward recomputes the scores of a normalised contraction with (deterministic, free
+#: of parameters): the scores are then never read back from memory
+_RECOMPUTED = (L.Einsum, L.Scale, L.CausalMask, L.Binary, L.Scalar, L.Unary, L.Cast)
+
+
+def _softmax_stat(t: Tape, op: L.Softmax, s: int) -> int:
+    return t.reduce("logsumexp", s, (op.axis,))
+
+
+def _l2_stat(t: Tape, op: L.L2Norm, s: int) -> int:
+    return t.u("sqrt", t.sc("add", t.reduce("sum", t.u("square", s), (op.axis,)), op.eps))
+
+
+#: normaliser -> (its row statistic from the scores, the normalised scores from the scores and
+#: the statistic, the scores' cotangent from the scores, the statistic, the normalised scores,
+#: their cotangent and ``D = sum_x P dP``)
+_FLASH: dict[type[Op], tuple[Callable[..., int], Callable[..., int], Callable[..., int]]] = {
+    L.Softmax: (
+        _softmax_stat,
+        lambda t, s, stat: t.u("exp", t.bin("sub", s, stat)),
+        lambda t, s, stat, p, dp, d: t.bin("mul", p, t.bin("sub", dp, d)),
+    ),
+    L.L2Norm: (
+        _l2_stat,
+        lambda t, s, stat: t.bin("div", s, stat),
+        lambda t, s, stat, p, dp, d: t.bin("div", t.bin("sub", dp, t.bin("mul", p, d)), stat),
+    ),
+}
+
+
+@attrs.frozen
+class FlashUnit:
+    """``O = sum_x norm_x(s) V`` in a model's graph (softmax or the L2 normaliser), the scores
+    ``s`` made by ``region`` (cheap nodes whose outputs span every axis of ``s``) from
+    ``leaves`` (values with fewer axes: Q, K).
+
+    Its gradient is FlashAttention-2's backward, derived as a graph: the forward also keeps the
+    row statistic (``logsumexp_x s``; ``|s|_2`` for L2), which ``ncd.fuse`` streams in the
+    forward's own kernel, and the backward recomputes ``P`` from the leaves twice: once for the
+    cotangents of the leaves without ``x`` (dQ: a kernel streaming ``x``) and once for those
+    with it and for ``V`` (dK, dV: a kernel streaming the rows), with ``D = sum(dO * O)`` in
+    place of ``sum_x P dP``. No value spanning both the rows and ``x`` leaves a kernel."""
+
+    normaliser: int
+    contraction: int
+    region: tuple[int, ...]
+    leaves: tuple[int, ...]
+    side: int  # where ``P`` sits among the contraction's two inputs
+
+    def record(self, t: Tape, env: dict[int, int]) -> None:
+        """After the forward rebuilt the contraction: replace the plain steps of the
+        normaliser and the contraction by this unit's backward, and add the row statistic."""
+        g = t.graph
+        norm, con = g.nodes[self.normaliser], g.nodes[self.contraction]
+        p, o = env[norm.outputs[0]], env[con.outputs[0]]
+        if o not in t.active:
+            return
+        t.steps = [st for st in t.steps if st.outputs not in ((p,), (o,))]
+        stat = _FLASH[type(norm.op)][0](t, norm.op, env[norm.inputs[0]])
+        other = con.inputs[1 - self.side]
+        ins = [env[u] for u in (*self.leaves, other)]
+
+        def backward(tape: Tape, cts: list[int | None], need: list[bool]) -> list[int | None]:
+            assert cts[0] is not None
+            return self._backward(tape, env, stat, cts[0], need)
+
+        t.record(con.op, ins, [o], backward)
+
+    def _backward(
+        self, t: Tape, env: dict[int, int], stat: int, d_out: int, need: list[bool]
+    ) -> list[int | None]:
+        g = t.graph
+        norm, con = g.nodes[self.normaliser], g.nodes[self.contraction]
+        _, normalise, d_scores = _FLASH[type(norm.op)]
+        x, einsum = norm.op.axes()[0], con.op
+        assert isinstance(einsum, L.Einsum)
+        o, v = env[con.outputs[0]], env[con.inputs[1 - self.side]]
+        p_axes = t.axes(env[norm.outputs[0]])
+        rest = tuple(a for a in t.axes(o) if a not in p_axes)
+        d_row = t.reduce("sum", t.bin("mul", d_out, o), rest)  # = sum_x P dP
+        leaves = [env[u] for u in self.leaves]
+        grads: list[int | None] = [None] * (len(leaves) + 1)
+        scope, path = t.b.scope, t.path
+        fwd_scope = t._fwd_scope.get(con.scope, 0)
+        for keyed in (False, True):  # dQ streaming x, then dK and dV streaming the rows
+            mine = [k for k, u in enumerate(leaves) if (x in t.axes(u)) == keyed and need[k]]
+            if not mine and not (keyed and need[-1]):
+                continue
+            base = len(t.steps)
+            made = {u: env[u] for u in self.leaves}
+            for i in self.region:
+                n = g.nodes[i]
+                t.path = n.path
+                made.update(zip(n.outputs, t.forward(n.op, [made[u] for u in n.inputs])))
+            local = [attrs.evolve(st, scope=fwd_scope) for st in t.steps[base:]]
+            del t.steps[base:]
+            t.b.scope, t.path = scope, path
+            s = made[norm.inputs[0]]
+            prob = normalise(t, s, stat)
+            xs = [prob, v] if self.side == 0 else [v, prob]
+            picks = [k == self.side for k in range(2)]
+            d_prob = _einsum_vjp(t, einsum, xs, [o], [d_out], picks)[self.side]
+            ct = {s: [d_scores(t, s, stat, prob, d_prob, d_row)]}
+            _reverse(t, local, ct, blocked=[leaves[k] for k in range(len(leaves)) if k not in mine])
+            t.b.scope, t.path = scope, path
+            for k in mine:
+                grads[k] = t.total(ct.get(leaves[k], []), t.axes(leaves[k]))
+            if keyed and need[-1]:
+                others = [not p for p in picks]
+                grads[-1] = _einsum_vjp(t, einsum, xs, [o], [d_out], others)[1 - self.side]
+        return grads
+
+
+def flash_units(g: Graph) -> list[FlashUnit]:
+    """The normalised contractions of ``g`` whose gradient ``ncd.grad`` derives in
+    FlashAttention-2's form: a normaliser read only by a two-input einsum that contracts
+    exactly its axis, its scores made by at least one recomputable node."""
+    out = []
+    for i, n in enumerate(g.nodes):
+        if type(n.op) not in _FLASH or n.outputs[0] in g.outputs:
+            continue
+        (pv,) = n.outputs
+        readers = g.consumers[pv]
+        if len(readers) != 1:
+            continue
+        c = g.nodes[readers[0]]
+        x = n.op.axes()[0]
+        if not isinstance(c.op, L.Einsum) or len(c.inputs) != 2 or len(set(c.inputs)) != 2:
+            continue
+        side = c.inputs.index(pv)
+        if tuple(c.op.contracted) != (x,) or x not in c.op.inputs[1 - side]:
+            continue
+        want = set(g.values[n.inputs[0]].axes)
+        region: set[int] = set()
+        leaves: dict[int, None] = {}
+        stack, seen = [n.inputs[0]], set()
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            p = g.producers.get(u)
+            node = g.nodes[p] if p is not None else None
+            if (
+                node is None
+                or not isinstance(node.op, _RECOMPUTED)
+                or node.op.params()
+                or len(node.outputs) != 1
+                or not want <= set(g.values[u].axes)
+                or not g.values[u].is_float
+            ):
+                leaves.setdefault(u)
+                continue
+            region.add(p)  # type: ignore[arg-type]
+            stack.extend(node.inputs)
+        if region:
+            out.append(FlashUnit(i, readers[0], tuple(sorted(region)), tuple(leaves), side))
+    return out
+
+
 @attrs.frozen(eq=False)
 class GradModel:
     """A gradient model: ``.graph`` is an ordinary graph (outputs: the model's, then one
@@ -872,14 +1038,18 @@ class GradModel:
         return f"GradModel({len(self.graph.nodes)} nodes, {len(self.keys)} gradients)"
 
 
-def grad(model: Any, wrt: Wrt = "params", *, cotangents: bool = False) -> GradModel:
+def grad(
+    model: Any, wrt: Wrt = "params", *, cotangents: bool = False, flash: bool = True
+) -> GradModel:
     """The reverse derivative of ``model`` as a model.
 
     ``wrt``: ``"params"`` (every learned parameter, the default), ``"inputs"`` (every input; an
     integer input is an ``IntegerGradError``) or a list of parameter names and input positions.
     The gradient is of the sum of the model's float outputs, each of which must be a scalar;
     ``cotangents=True`` instead adds one input per float output (after the model's own), the
-    seed cotangent of that output, for a model with non-scalar outputs.
+    seed cotangent of that output, for a model with non-scalar outputs. ``flash=False`` keeps
+    the plain rules of normalised contractions (the backward then reads the forward's
+    probabilities, seq x seq, from memory) instead of ``FlashUnit``'s recomputing backward.
     """
     g = as_graph(model, "ncd.grad")
     params = g.params()
@@ -892,11 +1062,14 @@ def grad(model: Any, wrt: Wrt = "params", *, cotangents: bool = False) -> GradMo
         env[v] = t.b.materialise(hole, g.values[v])
     for k in input_keys:
         t.active.add(env[g.inputs[k]])
-    for node in g.nodes:
+    units = {f.contraction: f for f in flash_units(g)} if flash else {}
+    for i, node in enumerate(g.nodes):
         t.enter(node.scope)
         t.path = node.path
         outs = t.forward(node.op, [env[v] for v in node.inputs])
         env.update(zip(node.outputs, outs, strict=True))
+        if i in units:
+            units[i].record(t, env)
     outputs = [env[v] for v in g.outputs]
     ct: dict[int, list[int]] = {}
     float_outs = [v for v in outputs if t.is_float(v)]
@@ -923,18 +1096,7 @@ def grad(model: Any, wrt: Wrt = "params", *, cotangents: bool = False) -> GradMo
             # 1.0 computed from the output (not a float32 constant), so that float64 arrays fed
             # to a float32 model keep float64 cotangents throughout, as the forward does
             ct.setdefault(v, []).append(t.sc("add", t.sc("mul", v, 0.0), 1.0))
-    for step in reversed(t.steps):
-        have = [ct.pop(o, []) for o in step.outputs]
-        if not any(have):
-            continue
-        t.b.scope = _twin(t, step.scope)
-        t.path = step.path
-        out_cts = [t.total(p, t.axes(o)) if p else None for p, o in zip(have, step.outputs)]
-        need = [x in t.active and t.is_float(x) for x in step.inputs]
-        in_cts = step.backward(t, out_cts, need)
-        for x, c, n in zip(step.inputs, in_cts, need, strict=False):
-            if c is not None and n:
-                ct.setdefault(x, []).append(c)
+    _reverse(t, t.steps, ct)
     t.b.scope = 0
     grads: list[int] = []
     for key in keys:
@@ -950,6 +1112,26 @@ def grad(model: Any, wrt: Wrt = "params", *, cotangents: bool = False) -> GradMo
         grads.append(total)
     graph = t.b.finish([*outputs, *grads], "the gradient model")
     return GradModel(graph, len(outputs), tuple(keys), as_tuple=wrt == "inputs")
+
+
+def _reverse(
+    t: Tape, steps: Sequence[_Step], ct: dict[int, list[int]], blocked: Iterable[int] = ()
+) -> None:
+    """Call the backward of ``steps`` in reverse, each on the sum of its outputs' cotangents in
+    ``ct``, adding the cotangents of their inputs there (none for a value in ``blocked``)."""
+    stop = set(blocked)
+    for step in reversed(steps):
+        have = [ct.pop(o, []) for o in step.outputs]
+        if not any(have):
+            continue
+        t.b.scope = _twin(t, step.scope)
+        t.path = step.path
+        out_cts = [t.total(p, t.axes(o)) if p else None for p, o in zip(have, step.outputs)]
+        need = [x in t.active and t.is_float(x) and x not in stop for x in step.inputs]
+        in_cts = step.backward(t, out_cts, need)
+        for x, c, n in zip(step.inputs, in_cts, need, strict=False):
+            if c is not None and n:
+                ct.setdefault(x, []).append(c)
 
 
 def _twin(t: Tape, builder_scope: int) -> int:

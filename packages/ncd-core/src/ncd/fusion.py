@@ -27,6 +27,7 @@ from ncd.axis import Axis
 from ncd.errors import ScheduleError
 from ncd.graph import Graph
 from ncd.kernel import Boundary, FusionPlan, Kernel, Partition, kernel_io
+from ncd.primitives import library as L
 from ncd.primitives.window import Window
 from ncd.streaming import HOMOGENEOUS, NORMALISER_KINDS, REDUCING, analyse_stream, is_rename, role
 
@@ -70,7 +71,7 @@ def _units(graph: Graph) -> list[list[int]]:
             j = cons[0]
             nxt = graph.nodes[j]
             if role(nxt, axis) == "sum":
-                for k in chain:
+                for k in (*chain, *_row_statistic(graph, node.inputs[0], axis, i)):
                     glued[k] = j
                 break
             hom = HOMOGENEOUS.get(type(nxt.op))
@@ -94,6 +95,26 @@ def _units(graph: Graph) -> list[list[int]]:
     for i in range(len(graph.nodes)):
         units.setdefault(glued.get(i, i), []).append(i)
     return [sorted(units[k]) for k in sorted(units)]
+
+
+def _row_statistic(graph: Graph, s: int, axis: Axis, normaliser: int) -> list[int]:
+    """Nodes reducing the normaliser's scores ``s`` over its axis besides it, through
+    single-reader elementwise maps (the row statistic a FlashAttention backward keeps:
+    ``logsumexp``, or the sum of squares of L2): they stream in the same kernel."""
+    out: list[int] = []
+    for r in graph.consumers[s]:
+        chain, j = [], r
+        while j != normaliser:
+            node = graph.nodes[j]
+            chain.append(j)
+            if isinstance(node.op, L.Reduce) and tuple(node.op.axes_) == (axis,):
+                out.extend(chain)
+                break
+            (v, *more) = node.outputs
+            if node.op.category != "elementwise" or more or len(graph.consumers[v]) != 1:
+                break
+            j = graph.consumers[v][0]
+    return out
 
 
 class _Aliases:
@@ -334,6 +355,9 @@ def _fuse(model: Any, tiles: dict[Axis | str, int] | None, chain: bool) -> Fusio
         ]
         return list(dict.fromkeys(ks))
 
+    def elementwise_unit(unit: list[int]) -> bool:
+        return all(graph.nodes[i].op.category == "elementwise" for i in unit)
+
     def contracts(nodes: list[int]) -> bool:
         return any(graph.nodes[i].op.category == "contraction" for i in nodes)
 
@@ -356,9 +380,16 @@ def _fuse(model: Any, tiles: dict[Axis | str, int] | None, chain: bool) -> Fusio
         for j in producer_kernels(unit):
             if j != k and (k in deps[j]):
                 return False  # merging would put k both before and after j
+        # an elementwise unit may read a value of an unstreamed kernel that nodes not planned
+        # yet read too (they may join the kernel next: L2's backward, P * D before P's dV)
+        waits = vertical and sched[k][0] is None and elementwise_unit(unit)
         try:
             for v in crossing:
-                others = [c for c in graph.consumers[v] if c not in members]
+                others = [
+                    c
+                    for c in graph.consumers[v]
+                    if c not in members and not (waits and c not in owner)
+                ]
                 if others or v in graph.outputs:
                     readers = ", ".join(graph.nodes[c].op.label for c in graph.consumers[v])
                     raise _Reject(
@@ -386,8 +417,48 @@ def _fuse(model: Any, tiles: dict[Axis | str, int] | None, chain: bool) -> Fusio
             owner[i] = k
         return True
 
+    def try_join(ks: list[int], unit: list[int]) -> bool:
+        """Merge ``unit`` with several producer kernels at once (an elementwise join of two
+        independent chains: a backward's recomputed probabilities times its ``dP - D``). A
+        value crossing it may also feed nodes not planned yet (the same probabilities times
+        ``dO``, dV): they may join the kernel next, else the value is written."""
+        if any(a in deps[b] for a in ks for b in ks) or any(sched[k][0] is not None for k in ks):
+            return False
+        merged = sorted({i for k in ks for i in kernels[k]} | set(unit))
+        members = set(merged)
+        for i in unit:
+            for v in graph.nodes[i].inputs:
+                if owner.get(graph.producers.get(v, -1)) in ks and (
+                    v in graph.outputs
+                    or any(c not in members and c in owner for c in graph.consumers[v])
+                ):
+                    return False
+        what = " + ".join(graph.nodes[i].op.label for i in unit)
+        old_grid = [a for k in ks for a in sched[k][1]]
+        try:
+            result = _schedule(
+                graph, merged, (None, old_grid), _grid(graph, unit, None), what, unit, io
+            )
+        except _Reject:
+            return False
+        if result[0] is not None:
+            return False
+        k0, rest = ks[0], ks[1:]
+        kernels[k0], sched[k0] = merged, result
+        for j in rest:
+            deps[k0] |= deps[j]
+            kernels[j], deps[j] = [], set()
+        for m in range(len(kernels)):
+            if deps[m] & set(rest):
+                deps[m] = (deps[m] - set(rest)) | {k0} | deps[k0]
+        for i in merged:
+            owner[i] = k0
+        return True
+
     for unit in _units(graph):
-        done = any(try_merge(k, unit, True) for k in reversed(producer_kernels(unit)))
+        made_by = producer_kernels(unit)
+        done = len(made_by) > 1 and try_join(made_by, unit)
+        done = done or any(try_merge(k, unit, True) for k in reversed(made_by))
         if not done:
             # kernels reading one of the unit's inputs from outside themselves (found through
             # the input's consumers, not by scanning every kernel: linear in depth)
@@ -437,7 +508,7 @@ def _assemble(
     for k, ds in enumerate(deps):
         for j in ds:
             after.setdefault(j, []).append(k)
-    ready = [(min(kernels[k]), k) for k in range(len(kernels)) if not waiting[k]]
+    ready = [(min(kernels[k] or [-1]), k) for k in range(len(kernels)) if not waiting[k]]
     heapq.heapify(ready)
     while ready:
         _, k = heapq.heappop(ready)
@@ -445,7 +516,7 @@ def _assemble(
         for m in after.get(k, ()):
             waiting[m] -= 1
             if not waiting[m]:
-                heapq.heappush(ready, (min(kernels[m]), m))
+                heapq.heappush(ready, (min(kernels[m] or [-1]), m))
     if len(order) < len(kernels):  # the merge rules exclude cycles; this guards the invariant
         raise ScheduleError("fusion planner produced a cyclic kernel order (a bug)")
     # a kernel that writes nothing (values traced and never read: a scan's unused final

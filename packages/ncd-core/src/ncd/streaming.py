@@ -40,7 +40,7 @@ RoleRule = Callable[[Any, Axis], str]
 ROLE_RULES: dict[type[Op], RoleRule] = {}
 
 #: roles that remove an axis with a carried accumulator.
-REDUCING = frozenset({"sum", "max", "min", "mean", "prod"})
+REDUCING = frozenset({"sum", "max", "min", "mean", "prod", "logsumexp"})
 
 #: normaliser op class -> accumulator kind of the normalised contraction it starts.
 NORMALISER_KINDS: dict[type[Op], str] = {L.Softmax: "online_softmax", L.L2Norm: "l2"}

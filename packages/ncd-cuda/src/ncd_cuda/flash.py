@@ -111,8 +111,8 @@ def _fits(gen: KernelGen) -> tuple[Any, ...] | None:
         for i in k.nodes
         if kinds.get(i) == "online_softmax" and isinstance(g.nodes[i].op, L.Einsum | L.Linear)
     ]
-    if len(done) != 1 or not isinstance(g.nodes[done[0]].op, L.Einsum):
-        return None
+    if len(done) != 1 or not isinstance(g.nodes[done[0]].op, L.Einsum) or len(k.outputs) != 1:
+        return None  # (a second output, such as the row statistics a backward reads: core's)
     node = g.nodes[done[0]]
     parts = normalised_operands(gen, node)
     if parts is None or not isinstance(parts[0].op, L.Softmax):

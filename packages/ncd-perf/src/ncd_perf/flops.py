@@ -105,7 +105,10 @@ def _cast(op: L.Cast, node: Node, size: Size) -> dict[str, sp.Expr]:
 
 @rule(L.Reduce)
 def _reduce(op: L.Reduce, node: Node, size: Size) -> dict[str, sp.Expr]:
-    return {"reduce": _prod((*node.loop, *op.axes_), size)}
+    n = _prod((*node.loop, *op.axes_), size)
+    if op.fn == "logsumexp":  # a max and a sum reduce, one subtract and one exp each
+        return {"special": n, "vector": n, "reduce": 2 * n}
+    return {"reduce": n}
 
 
 @rule(L.Softmax)

@@ -100,6 +100,7 @@ REDUCE: dict[str, Callable[..., Any]] = {
     "max": torch.amax,
     "min": torch.amin,
     "mean": torch.mean,
+    "logsumexp": torch.logsumexp,
 }
 
 

@@ -152,12 +152,15 @@ def split_sum_streams(plan: FusionPlan, graph: Graph) -> FusionPlan:
     device a work-item carrying a whole output row of accumulators ran 8x slower than one
     work-item per output element (measured on the MLP, docs/opencl.md); on a GPU such a row is
     a register file's worth per thread and no tensor-core tile. Normalised contractions
-    (attention) keep their stream."""
+    (attention) keep their stream, and so does a stream reading no learned map (attention's
+    backward: its chunks are recomputed scores, which a split would write, seq x seq, to
+    memory)."""
     groups: list[list[int]] | None = None
     kernels: list[Kernel] = []
     for k in plan.kernels:
         kinds = set(k.accumulators().values()) if k.streamed else set()
-        if not k.streamed or kinds & {"online_softmax", "l2"}:
+        learned = any(isinstance(graph.nodes[i].op, L.Linear | L.Learned) for i in k.nodes)
+        if not k.streamed or kinds & {"online_softmax", "l2"} or not learned:
             kernels.append(k)
             continue
         groups = _local_groups(graph) if groups is None else groups

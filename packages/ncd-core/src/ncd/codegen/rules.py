@@ -287,12 +287,31 @@ def _reduce_loops(
 @codegen_rule(L.Reduce)
 def _reduce(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Reduce = node.op  # type: ignore[assignment]
+    if op.fn == "logsumexp":
+        return _logsumexp(gen, node, index)
     kind = "sum" if op.fn == "mean" else op.fn
     acc = gen.accumulate(op.axes_, index, kind, lambda env: _ins(gen, node, env), "red")
     if op.fn == "mean":
         n = math.prod(gen.size(a) for a in op.axes_)
         return acc * gen.recip(n)
     return acc
+
+
+def finite_shift(gen: KernelGen, m: Expr) -> Expr:
+    """``m`` where it is finite, else 0: a logsumexp's shift (a row of -inf then sums
+    exp(-inf) = 0, one holding +inf sums inf, a NaN stays NaN; as the reference)."""
+    return gen.let(ir.Select(gen.call("fabs", m).cmp("<", gen.lit(math.inf)), m, gen.lit(0.0)))
+
+
+def _logsumexp(gen: KernelGen, node: Node, index: Index) -> Expr:
+    op: L.Reduce = node.op  # type: ignore[assignment]
+
+    def term(env: Index) -> Expr:
+        return _ins(gen, node, env)
+
+    m = finite_shift(gen, gen.accumulate(op.axes_, index, "max", term, "mx"))
+    total = gen.accumulate(op.axes_, index, "sum", lambda env: gen.call("exp", term(env) - m))
+    return gen.let(m + gen.call("log", total), "lse")
 
 
 def _product(gen: KernelGen, factors: list[Expr]) -> Expr:

@@ -157,8 +157,61 @@ STREAM_ACCUMULATORS: dict[type, StreamAccumulator] = {
 }
 
 
-COMPLETING = frozenset({"sum", "mean", "max", "min", "prod", "online_softmax", "l2"})
+COMPLETING = frozenset({"sum", "mean", "max", "min", "prod", "logsumexp", "online_softmax", "l2"})
 MAX_ACC_ELEMS = 4096  # a work-item's accumulators live in private memory (the stack on a CPU)
+
+
+def row_statistics(g: Any, done: list[int], kinds: Mapping[int, str]) -> list[Node] | None:
+    """The completing nodes besides one normalised contraction in ``done`` when each is a row
+    statistic of its normaliser that the normaliser's own state holds (a backward keeps it):
+    ``logsumexp`` of softmax's scores (``m + log l``), the sum of squares of L2's (``ss``).
+    ``None`` when ``done`` is anything else."""
+    main = [i for i in done if kinds.get(i) in ("online_softmax", "l2")]
+    if len(main) != 1:
+        return None
+    node = g.nodes[main[0]]
+    made = {v: g.producers[v] for v in node.inputs if v in g.producers}
+    norms = [g.nodes[made[v]] for v in made if type(g.nodes[made[v]].op) in STREAM_ACCUMULATORS]
+    if len(norms) != 1:
+        return None
+    (norm,) = norms
+    s, x = norm.inputs[0], norm.op.axes()[0]
+    stats = []
+    for i in done:
+        if i == main[0]:
+            continue
+        op = g.nodes[i].op
+        if not isinstance(op, L.Reduce) or tuple(op.axes_) != (x,):
+            return None
+        (v,) = g.nodes[i].inputs
+        if isinstance(norm.op, L.Softmax) and op.fn == "logsumexp" and v == s:
+            stats.append(g.nodes[i])
+            continue
+        p = g.producers.get(v)
+        square = g.nodes[p] if p is not None else None
+        if not (
+            isinstance(norm.op, L.L2Norm)
+            and op.fn == "sum"
+            and square is not None
+            and isinstance(square.op, L.Unary)
+            and square.op.fn == "square"
+            and square.inputs[0] == s
+        ):
+            return None
+        stats.append(g.nodes[i])
+    return stats
+
+
+def _bind_statistics(gen: KernelGen, acc: _Acc, stats: list[Node]) -> None:
+    """Bind each row statistic to the normaliser's state of ``acc`` (its row)."""
+    for node in stats:
+        if isinstance(acc.norm.op, L.Softmax) if acc.norm is not None else False:
+            m, total = acc.state["m"], acc.state["l"]
+            finite = m.cmp("<", gen.lit(math.inf))
+            value: Expr = ir.Select(finite, m + gen.call("log", total), m)
+        else:
+            value = acc.state["ss"]
+        gen.bound[node.outputs[0]] = lambda index, value=value: value
 
 
 def causal_bound(gen: KernelGen, n: Node, x: Axis, env: Mapping[Axis, Expr | str]) -> Expr | None:
@@ -196,6 +249,8 @@ class _Acc:
         self.type = gen.cdtype if vec is None else gen.vt
         self.state: dict[str, ir.Var] = {}
         self.norm: Node | None = None
+        # a logsumexp carries its running maximum in ``name`` and its sum in ``aux``
+        self.aux = gen.unique("accl") if getattr(node.op, "fn", "") == "logsumexp" else None
 
     def fits(self) -> bool:
         """The accumulator array has a length known when compiling (private arrays are sized
@@ -218,13 +273,22 @@ class _Acc:
             flat = flat / gen.dialect.vector_width
         return ir.Elem(self.name, flat, self.type)
 
+    def sum_at(self, gen: KernelGen, index: Mapping[Axis, Expr | str]) -> ir.Elem:
+        """A logsumexp's running sum beside its maximum ``at(index)``."""
+        assert self.aux is not None
+        return ir.Elem(self.aux, self.at(gen, index).index, self.type)
+
     def declare(self, gen: KernelGen, init: Expr) -> None:
         if self.vec is not None:
             init = ir.Broadcast(init, self.type)
         n = self.length(gen)
         gen.w.line(ir.Array(self.name, self.type, n))
+        if self.aux is not None:
+            gen.w.line(ir.Array(self.aux, self.type, n))
         with _count(gen, "j", n) as j:
             gen.w.line(ir.Assign(ir.Elem(self.name, j, self.type), init))
+            if self.aux is not None:
+                gen.w.line(ir.Assign(ir.Elem(self.aux, j, self.type), gen.lit(0.0)))
 
     def rescale(self, gen: KernelGen, factor: Expr) -> None:
         with _count(gen, "j", self.length(gen)) as j:
@@ -282,10 +346,12 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
     if not done:
         return None
     par = [a for a in gen.grid() if a != x]
-    if len(done) == 1 and kinds[done[0]] in ("online_softmax", "l2"):
-        lone = normalised_operands(gen, g.nodes[done[0]])
+    stats = row_statistics(g, done, kinds)
+    if stats is not None:
+        (main,) = (i for i in done if kinds[i] in ("online_softmax", "l2"))
+        lone = normalised_operands(gen, g.nodes[main])
         if lone is not None and _chunk(gen, x, lone[0]):
-            return _rows_template(gen, x, par, g.nodes[done[0]], *lone)
+            return _rows_template(gen, x, par, g.nodes[main], *lone, stats)
     env, total = gen.open_grid(par)
     accs = []
     for i in done:
@@ -299,9 +365,14 @@ def streamed_template(gen: KernelGen) -> KernelSource | None:
                 return None  # homogeneous maps between normaliser and contraction: pointwise
             acc.norm = parts[0]
             acc.state = STREAM_ACCUMULATORS[type(acc.norm.op)].init(gen, acc.norm)
-        init = {"max": gen.lit(-math.inf), "min": gen.lit(math.inf), "prod": gen.lit(1.0)}.get(
-            getattr(node.op, "fn", ""), gen.lit(0.0)
-        )
+        # a logsumexp's maximum starts finite, as softmax's: exp(m - m_new) stays defined
+        lowest = ir.Raw(gen.dialect.lowest[gen.cdtype], gen.cdtype)
+        init = {
+            "max": gen.lit(-math.inf),
+            "min": gen.lit(math.inf),
+            "prod": gen.lit(1.0),
+            "logsumexp": lowest,
+        }.get(getattr(node.op, "fn", ""), gen.lit(0.0))
         acc.declare(gen, init)
         accs.append(acc)
     bound = None
@@ -343,9 +414,10 @@ def stream_choices(k: Kernel, chunk: int, rows: int, group: int | None = None) -
         for i in k.nodes
         if kinds.get(i) in COMPLETING and isinstance(g.nodes[i].op, L.Einsum | L.Linear | L.Reduce)
     ]
-    if len(done) != 1 or kinds[done[0]] not in ("online_softmax", "l2"):
+    if row_statistics(g, done, kinds) is None:
         return []
-    node = g.nodes[done[0]]
+    (main,) = (i for i in done if kinds[i] in ("online_softmax", "l2"))
+    node = g.nodes[main]
     made = {v: i for i in k.nodes for v in g.nodes[i].outputs}
     norms = [
         v for v in node.inputs if v in made and type(g.nodes[made[v]].op) in STREAM_ACCUMULATORS
@@ -446,7 +518,13 @@ def _vector_axis(gen: KernelGen, node: Node, other: int, env: Mapping[Axis, Expr
 
 
 def _rows_template(
-    gen: KernelGen, x: Axis, par: list[Axis], node: Node, norm: Node, other: int
+    gen: KernelGen,
+    x: Axis,
+    par: list[Axis],
+    node: Node,
+    norm: Node,
+    other: int,
+    stats: list[Node] | None = None,
 ) -> KernelSource | None:
     """A lone normalised contraction in chunks of keys, ``ROWS`` query rows per work-item:
     per chunk the scores of every row into ``sc[]``, the normaliser's block update, then
@@ -528,6 +606,7 @@ def _rows_template(
             _over(gen, accs[0].free, e, upd)
     for acc, e in zip(accs, envs, strict=True):
         _bind(gen, acc)
+        _bind_statistics(gen, acc, stats or [])
         for v in gen.kernel.outputs:
             gen.write(v, e, par)
     per_group = gen.kernel.chosen(row, 0) if row is not None else None
@@ -562,7 +641,12 @@ def _step(gen: KernelGen, acc: _Acc, x: Axis, xenv: dict[Axis, Expr]) -> None:
     def add(e: dict[Axis, Expr]) -> None:
         el = acc.at(gen, e)
         t = gen.load(node.inputs[0], e) if isinstance(node.op, L.Reduce) else _term(gen, node, x, e)
-        if fn in ("max", "min"):
+        if fn == "logsumexp":  # the running maximum rescales the running sum (online softmax)
+            total, t = acc.sum_at(gen, e), gen.let(t, "s")
+            mn = gen.let(gen.call("fmax_any", el, t), "mnew")
+            w.line(ir.Assign(total, total * gen.call("exp", el - mn) + gen.call("exp", t - mn)))
+            w.line(ir.Assign(el, mn))
+        elif fn in ("max", "min"):
             w.line(ir.Assign(el, gen.call("f" + fn, el, t)))
         elif fn == "prod":
             w.line(ir.Assign(el, t, "*="))
@@ -583,6 +667,9 @@ def _bind(gen: KernelGen, acc: _Acc) -> None:
 
     def expr(index: Mapping[Axis, Expr]) -> Expr:
         e: Expr = acc.at(gen, index)
+        if acc.aux is not None:  # m + log(l); a +inf maximum is the answer itself
+            finite = e.cmp("<", gen.lit(math.inf))
+            return ir.Select(finite, e + gen.call("log", acc.sum_at(gen, index)), e)
         if scale is not None:
             e = e * scale
         if isinstance(node.op, L.Linear) and node.op.bias:

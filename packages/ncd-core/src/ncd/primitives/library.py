@@ -112,7 +112,7 @@ BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow", "lt", "le", "gt",
 #: the comparisons of ``BINARY_FNS``: 1.0 where ``a op b`` holds, else 0.0, in the operands'
 #: float format (IEEE: any comparison with NaN is false but ``ne``); no gradient
 COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-REDUCE_FNS = ("sum", "max", "mean", "min", "prod")
+REDUCE_FNS = ("sum", "max", "mean", "min", "prod", "logsumexp")
 
 
 #: the Fix of an eps out of range
@@ -302,7 +302,8 @@ class Scale(Op):
 @register_op
 @attrs.frozen
 class Reduce(Op):
-    """Sum, max, min or mean over ``axes``."""
+    """Sum, max, min, mean, product or ``logsumexp`` (``log sum exp``, the maximum shifted out
+    first) over ``axes``."""
 
     kind: ClassVar[str] = "reduce"
     category: ClassVar[str] = "reduction"
