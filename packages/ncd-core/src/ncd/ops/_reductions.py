@@ -1,5 +1,5 @@
-"""Reductions composed from primitives (issue 15): logsumexp, var/std, argmax/argmin, cumsum,
-cumprod.
+"""Reductions composed from primitives (issue 15): var/std, argmax/argmin, cumsum, cumprod;
+logsumexp is the primitive ``Reduce("logsumexp")`` under the same name.
 
 Each is wiring over existing ops, so every interpretation (reference, torch export, OpenCL,
 CUDA, FLOPs, diagram, JSON, gradient) applies unchanged. Non-finite inputs follow torch.
@@ -39,26 +39,13 @@ def _typed(a: Axis) -> Term:
     return identity([a])
 
 
-def _finite_or_zero() -> Term:
-    """``m`` where finite, else 0: ``m - m`` is 0 only for finite ``m``."""
-    cond = _p(Binary("sub")) >> _p(Scalar("eq", 0.0))
-    return copy(3) >> (cond @ identity(1) @ _p(Constant(0.0))) >> _p(Where())
-
-
 def logsumexp(axis: AxisLike, *, name: str = "") -> Term:
     """``log(sum(exp(x)))`` over ``axis``, shifted by the row's maximum so it cannot overflow
-    (torch's ``logsumexp``): a row of -inf gives -inf, a +inf gives inf, NaN propagates."""
+    (torch's ``logsumexp``): a row of -inf gives -inf, a +inf gives inf, NaN propagates. One
+    primitive ``Reduce("logsumexp")``, so a kernel streams it (running max and sum) and a
+    FlashAttention backward keeps it as its row statistic."""
     a = _axis("logsumexp", axis)
-    shift = _p(Reduce("max", (a,), name=f"{name}_max" if name else "")) >> _finite_or_zero()
-    total = _p(Unary("exp")) >> _p(Reduce("sum", (a,))) >> _p(Unary("log"))
-    return (
-        _typed(a)
-        >> copy(2)
-        >> (identity(1) @ (shift >> copy(2)))
-        >> (_p(Binary("sub")) @ identity(1))
-        >> (total @ identity(1))
-        >> _p(Binary("add", name=name))
-    )
+    return _typed(a) >> _p(Reduce("logsumexp", (a,), name=name))
 
 
 def var(axis: AxisLike, *, correction: int = 1, name: str = "") -> Term:
