@@ -14,6 +14,15 @@ step, over the largest gradient.
 
     python benchmarks/train_bench.py            # small sizes (b2 s64 d128), a minute or two
     python benchmarks/train_bench.py --full     # opencl_bench's sizes (b4 s512 d512): long
+    python benchmarks/train_bench.py --attention 2048   # attention's backward and its memory
+
+``--attention SEQ``: causal attention (8 heads, d_head 64) forward and backward at length SEQ,
+``ncd.grad`` of ``sum(attention(Q, K, V) * W)`` with respect to Q, K and V on ncd-opencl, with
+FlashAttention-2's backward (the default) and with the plain rules (``flash=False``), beside
+torch autograd through ``F.scaled_dot_product_attention`` (on the CPU, torch's own flash
+kernels) and through the written-out ``softmax(Q K^T) V``. Memory: ncd's is the device
+buffers the program holds (``buffer_bytes()``: every value between kernels, inputs and outputs
+included, and its largest); torch's is what autograd saves for the backward (inputs included).
 """
 
 from __future__ import annotations
@@ -112,6 +121,93 @@ def bench(name: str, model: Any, x: np.ndarray, reps: int, peers: bool) -> dict[
     return row
 
 
+def attention_rows(seq: int, reps: int, heads: int = 8, d: int = 64) -> list[dict[str, Any]]:
+    """Attention's forward + backward at length ``seq``: ncd-opencl (flash and plain rules),
+    torch SDPA and torch's written-out attention; time and memory of each."""
+    import torch
+
+    from ncd import ops
+
+    att = nn.attention(causal=True).over("h").bind(h=heads, q=seq, x=seq, d=d, v=d)
+    rng = np.random.default_rng(0)
+    qkv = [rng.standard_normal((heads, seq, d)).astype(np.float32) for _ in range(3)]
+    w = rng.standard_normal((heads, seq, d)).astype(np.float32)
+    g = att.graph
+    types = [g.values[i] for i in (*g.inputs, *g.outputs)]
+    loss = ncd.trace(
+        lambda a, b, c, wt: ops.sum(("h", "q", "v"))(ops.mul()(att(a, b, c), wt)), inputs=types
+    )
+    rows = []
+    for flash in (True, False):
+        step = ncd.compile(ncd.grad(loss, wrt=[0, 1, 2], flash=flash), "opencl")
+        t0 = time.perf_counter()
+        step(*qkv, w)
+        first = time.perf_counter() - t0
+        total, largest = step.buffer_bytes()
+        rows.append(
+            {
+                "peer": f"ncd-opencl ({'flash' if flash else 'plain rules'})",
+                "fwd+bwd": _best(lambda step=step: step(*qkv, w), reps, 1),
+                "first": first,
+                "memory": total,
+                "largest": largest,
+            }
+        )
+    torch.set_num_threads(os.cpu_count() or 1)
+    mask = torch.ones(seq, seq, dtype=torch.bool).tril()
+
+    def written(a: Any, b: Any, c: Any) -> Any:
+        s = (a @ b.transpose(-1, -2)) / d**0.5
+        return torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ c
+
+    def sdpa(a: Any, b: Any, c: Any) -> Any:
+        return torch.nn.functional.scaled_dot_product_attention(a, b, c, is_causal=True)
+
+    tw = torch.from_numpy(w)
+    for name, fn in (("torch SDPA", sdpa), ("torch softmax(QK^T)V", written)):
+        ts = [torch.from_numpy(a).requires_grad_() for a in qkv]
+        saved: dict[int, int] = {}
+
+        def pack(t: Any) -> Any:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            (fn(*ts) * tw).sum().backward()
+
+        def run(fn: Any = fn, ts: Any = ts) -> None:
+            for t in ts:
+                t.grad = None
+            (fn(*ts) * tw).sum().backward()
+
+        rows.append(
+            {
+                "peer": name,
+                "fwd+bwd": _best(run, reps, 1),
+                "memory": sum(saved.values()),
+                "largest": max(saved.values()),
+            }
+        )
+    return rows
+
+
+def attention_table(seq: int, rows: list[dict[str, Any]]) -> str:
+    lines = [
+        f"attention forward + backward, causal, 8 heads x {seq} x 64, float32",
+        "| peer | fwd+bwd | first call | memory | largest buffer | / torch SDPA |",
+        "|---|---|---|---|---|---|",
+    ]
+    base = next(r["fwd+bwd"] for r in rows if r["peer"] == "torch SDPA")
+    for r in rows:
+        first = f"{r['first']:.1f} s" if "first" in r else "-"
+        lines.append(
+            f"| {r['peer']} | {r['fwd+bwd'] * 1e3:.1f} ms | {first} | "
+            f"{r['memory'] / 2**20:.1f} MiB | {r['largest'] / 2**20:.2f} MiB | "
+            f"{r['fwd+bwd'] / base:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     cols = [
         "workload",
@@ -147,11 +243,15 @@ def main() -> None:
     ap.add_argument("--only", default="", help="substring of workload names to run")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--warm", action="store_true", help="keep the on-disk program caches")
+    ap.add_argument("--attention", type=int, default=0, metavar="SEQ", help="attention only")
     args = ap.parse_args()
     if not args.warm:  # both compilers start cold, as in opencl_bench.py
         os.environ["NCD_OPENCL_CACHE"] = tempfile.mkdtemp(prefix="ncd-opencl-bench-")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-")
         os.environ["POCL_CACHE_DIR"] = tempfile.mkdtemp(prefix="pocl-bench-")
+    if args.attention:
+        print(attention_table(args.attention, attention_rows(args.attention, args.reps)))
+        return
     rows = []
     for name, model, make in workloads(quick=not args.full):
         if not name.startswith("transformer") or (args.only and args.only not in name):

@@ -144,6 +144,42 @@ def test_update_is_an_elementwise_ncd_model_and_pure() -> None:
         optim.Adam(betas=(1.0, 0.9))
 
 
+def test_one_update_run_per_parameter_format() -> None:
+    """Every parameter of one format updates in one run of the update model (one kernel on a
+    compiled target); the result equals updating each parameter alone, over several steps,
+    and the next step reads the previous outputs in place."""
+    calls: list[int] = []
+
+    class Counted(optim.AdamW):
+        def _run(self, *arrays: np.ndarray) -> list[np.ndarray]:
+            calls.append(arrays[0].size)
+            return super()._run(*arrays)
+
+    params: dict[str, np.ndarray] = {
+        **_params(),
+        "c": RNG.normal(size=(3, 5)),  # float64: a second group
+        "d": RNG.normal(size=()).astype(np.float32),
+    }
+    opt = Counted(lr=1e-2, weight_decay=0.1)
+    state = opt.init(params)
+    ps = params
+    for step in range(3):
+        grads = {k: RNG.normal(size=np.shape(v)).astype(v.dtype) for k, v in params.items()}
+        ps, state = opt.update(ps, grads, state)
+        assert sorted(calls[-2:]) == [15, 7 * 13 + 1 + 1]
+        if step == 0:
+            alone = {}
+            for k, v in params.items():
+                single = optim.AdamW(lr=1e-2, weight_decay=0.1)
+                got, _ = single.update({k: v}, {k: grads[k]}, single.init({k: v}))
+                alone[k] = got[k]
+            for k in params:
+                assert ps[k].shape == np.shape(params[k]) and ps[k].dtype == params[k].dtype
+                np.testing.assert_array_equal(ps[k], alone[k])
+    f32 = [k for k in ps if ps[k].dtype == np.float32]
+    assert len({id(ps[k].base) for k in f32}) == 1  # views of one buffer: no copy next step
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("ncd_opencl") is None or importlib.util.find_spec("pyopencl") is None,
     reason="ncd-opencl (pyopencl) is not installed",

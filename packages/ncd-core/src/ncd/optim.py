@@ -146,6 +146,7 @@ class Optimizer:
         scalars = [np.asarray(s, dtype=np.float64) for s in self.scalars(step)]
         new_params: dict[str, np.ndarray] = {}
         new_state: dict[str, Any] = {"step": step, **{s: {} for s in self.slots}}
+        groups: dict[np.dtype[Any], list[str]] = {}
         for name, p in params.items():
             p = np.asarray(p)
             g = np.asarray(grads[name])
@@ -153,14 +154,55 @@ class Optimizer:
                 raise ParameterError(
                     f"update: gradient of {name} has shape {g.shape}, the parameter {p.shape}."
                 )
-            flat = [p.reshape(-1), g.reshape(-1).astype(p.dtype)]
-            flat += [np.asarray(state[s][name]).reshape(-1) for s in self.slots]
-            dtype = p.dtype
+            groups.setdefault(p.dtype, []).append(name)
+        # one run of the update model per parameter format (a group): every parameter of it
+        # laid end to end, so a compiled target launches one kernel for all of them
+        for dtype, names in groups.items():
+            shapes = [np.shape(params[k]) for k in names]
+            flat = [_joined([params[k] for k in names], dtype)]
+            flat.append(_joined([grads[k] for k in names], dtype))
+            flat += [_joined([state[s][k] for k in names], dtype) for s in self.slots]
             outs = self._run(*flat, *(s.astype(dtype) for s in scalars))
-            new_params[name] = np.asarray(outs[0]).reshape(p.shape).astype(dtype)
-            for s, arr in zip(self.slots, outs[1:], strict=True):
-                new_state[s][name] = np.asarray(arr).reshape(p.shape).astype(dtype)
+            for target, arr in zip(
+                [new_params, *(new_state[s] for s in self.slots)], outs, strict=True
+            ):
+                whole = np.asarray(arr).astype(dtype, copy=False)
+                start = 0
+                for k, shape in zip(names, shapes, strict=True):
+                    size = math.prod(shape)
+                    target[k] = whole[start : start + size].reshape(shape)
+                    start += size
         return new_params, new_state
+
+
+def _joined(arrays: list[Any], dtype: np.dtype[Any]) -> np.ndarray:
+    """The arrays flattened end to end in ``dtype``: the buffer itself, with no copy, when they
+    are consecutive pieces of one (the previous update's outputs), else a new one."""
+    arrs = [np.asarray(a) for a in arrays]
+    base = arrs[0].base if arrs and arrs[0].base is not None else None
+    if (
+        base is not None
+        and isinstance(base, np.ndarray)
+        and base.dtype == dtype
+        and base.ndim == 1
+        and base.flags.c_contiguous
+        and sum(a.size for a in arrs) == base.size
+    ):
+        start = base.__array_interface__["data"][0]
+        offset = 0
+        for a in arrs:
+            if (
+                a.base is not base
+                or not a.flags.c_contiguous
+                or a.__array_interface__["data"][0] != start + offset * base.itemsize
+            ):
+                break
+            offset += a.size
+        else:
+            return base
+    if not arrs:
+        return np.zeros(0, dtype)
+    return np.concatenate([a.reshape(-1).astype(dtype, copy=False) for a in arrs])
 
 
 class SGD(Optimizer):

@@ -268,6 +268,14 @@ class Compiled:
                     free.setdefault(max(4, _nbytes(graph, b)), []).append(values[v])
         return values
 
+    def buffer_bytes(self) -> tuple[int, int]:
+        """(total, largest) bytes of the distinct device buffers this build holds for the
+        values its kernels pass (model inputs and outputs included, parameters not), at the
+        sizes of its latest call: what a streamed backward saves is seen here."""
+        values = self.values or (next(reversed(self._sized.values()))[0] if self._sized else {})
+        sizes = {id(b): int(b.size) for b in values.values()}
+        return sum(sizes.values()), max(sizes.values(), default=0)
+
     def sized(self, graph: Graph) -> dict[int, Any]:
         """The value buffers for the sizes of bound ``graph``: checked (``check_fits``,
         ``check_index``) and allocated the first time a size set is seen, before any device
@@ -569,6 +577,10 @@ class OpenCLExecutable(Executable):
         while len(self._built) > self.max_builds:
             self._built.popitem(last=False)
         return built
+
+    def buffer_bytes(self) -> tuple[int, int]:
+        """``Compiled.buffer_bytes`` of the build the latest call ran ((0, 0) before any)."""
+        return self._last.buffer_bytes() if self._last is not None else (0, 0)
 
     def compiled(self, graph: Graph) -> Compiled:
         """The build serving ``graph`` (the call's bound graph): with free sizes the one
