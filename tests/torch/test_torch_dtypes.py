@@ -99,3 +99,15 @@ def test_a_mixed_precision_model_keeps_each_parameter_in_its_format():
     want = ncd.run(m, x, params=p)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=8 * ncd.bfloat16.eps, atol=8 * ncd.bfloat16.eps)
+
+
+def test_a_scalar_input_keeps_the_output_shape() -> None:
+    """A 0-d array fed to the torch backend stays 0-d (np.ascontiguousarray would make it 1-d,
+    and the exported broadcast then a ``(1, n)`` result): the optimiser's step scalars."""
+    n = ncd.Axis("n", size=7)
+    model = ncd.trace(
+        lambda v, s: ncd.ops.mul()(v, s), inputs=[ncd.ArrayType((n,)), ncd.ArrayType(())]
+    )
+    out = ncd.compile(model, "torch")(np.arange(7.0), np.asarray(2.0))
+    assert out.shape == (7,)
+    np.testing.assert_array_equal(out, np.arange(7.0) * 2)

@@ -1,12 +1,16 @@
 """Fusion planning: ``ncd.fuse(model)`` groups graph nodes into kernels and says why it stops.
 
 The planner walks ``graph.nodes`` once, in topological order, and tries to merge each *unit*
-(a node; a normaliser glued to the contraction that completes it; source nodes glued to their
-first reader; a sliding window glued to its one reader, which reads it in place) into the kernel
-producing its input, else into a kernel reading the same input (sibling fusion: the q/k/v
-projections). A merge is kept when
+(a node; a normaliser glued to the contraction that completes it, with any reduction of its
+scores over the same axis (a backward's row statistic); source nodes glued to their first
+reader; a sliding window glued to its one reader, which reads it in place) into the kernels
+producing its inputs (all of them at once when they are independent and unstreamed: an
+elementwise join of two chains), else into the kernel producing one input, else into a kernel
+reading the same input (sibling fusion: the q/k/v projections). A merge is kept when
 
-1. every value crossing it is read only inside the merged kernel (else it must be written out);
+1. every value crossing it is read only inside the merged kernel (else it must be written out),
+   or, for an elementwise unit or a join into unstreamed kernels, also by nodes not planned yet
+   (which may join next);
 2. every axis some op reduces on a value produced inside the kernel is either left whole or is
    the one streamed axis, and streaming it passes ``ncd.streaming.analyse_stream``;
 3. no parallelism is lost: the merged kernel can still group every axis the kernel grouped
@@ -254,9 +258,15 @@ def _schedule(
         grid = _grid(graph, nodes, stream)
         alias = _Aliases(graph, nodes)
         have = {alias.root(a) for a in grid}
-        keep = [*old_grid, *(a for a in unit_grid or () if a not in reduced_by_old)]
+        keep_unit = [a for a in unit_grid or () if a not in reduced_by_old]
+        keep_old = list(old_grid)
         if stream is not None:
-            keep = [a for a in keep if alias.root(a) != alias.root(stream)]
+            keep_unit = [a for a in keep_unit if alias.root(a) != alias.root(stream)]
+            if old_stream is None:  # the merge starts the stream: its axis stops being grouped
+                keep_old = [a for a in keep_old if alias.root(a) != alias.root(stream)]
+            # else an axis grouped beside the stream that a rename of the unit ties to the
+            # stream's axis (dK renamed from the keys back to the queries) would be lost
+        keep = [*keep_old, *keep_unit]
         lost = [a for a in dict.fromkeys(keep) if alias.root(a) not in have]
         if lost:
             first_reason = first_reason or (
@@ -443,14 +453,14 @@ def _fuse(model: Any, tiles: dict[Axis | str, int] | None, chain: bool) -> Fusio
             return False
         if result[0] is not None:
             return False
-        k0, rest = ks[0], ks[1:]
+        k0, rest = ks[0], set(ks[1:])
         kernels[k0], sched[k0] = merged, result
         for j in rest:
             deps[k0] |= deps[j]
-            kernels[j], deps[j] = [], set()
+            kernels[j], deps[j] = [], set()  # emptied: never launched
         for m in range(len(kernels)):
-            if deps[m] & set(rest):
-                deps[m] = (deps[m] - set(rest)) | {k0} | deps[k0]
+            if k0 in deps[m] or deps[m] & rest:
+                deps[m] = (deps[m] - rest) | {k0} | deps[k0]
         for i in merged:
             owner[i] = k0
         return True

@@ -34,10 +34,11 @@ __all__ = [
 def templates(tiled: bool = True, local: bool = False) -> list[Any]:
     from ncd_opencl.convolve import conv_template
     from ncd_opencl.matmul import tiled_template, tiled_template_local
+    from ncd_opencl.outer import outer_template
 
     out: list[Any] = [streamed_template]
     if tiled:
-        out += [tiled_template_local if local else tiled_template, conv_template]
+        out += [tiled_template_local if local else tiled_template, conv_template, outer_template]
     out.append(vector_template)
     return out
 

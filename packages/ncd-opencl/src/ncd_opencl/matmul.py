@@ -25,7 +25,7 @@ from ncd.codegen import KernelGen, KernelSource
 from ncd.codegen.layout import Size, ceil_div
 from ncd.codegen.plans import LinearForm, linear_form
 from ncd.primitives import library as L
-from ncd_opencl.schedule import work_group
+from ncd_opencl.schedule import heavy_nodes, work_group
 
 __all__ = ["tiled_template"]
 
@@ -50,13 +50,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     k = gen.kernel
     nodes = [g.nodes[i] for i in k.nodes]
     renames = k.aliases
-    heavy = [
-        n
-        for n in nodes
-        if n.op.category != "elementwise"
-        and not (n.op.category == "view" and n.op.out_axes[0] in renames)  # type: ignore[attr-defined]
-    ]
-    form = linear_form(g, heavy, gen.made_here)
+    form = linear_form(g, heavy_nodes(k), gen.made_here)
     if form is None or k.streamed:
         return None
     lin = form.node

@@ -110,17 +110,22 @@ def _stream_choices(k: Kernel) -> list[Partition]:
 # -- tiled matmul (ncd_opencl.matmul.tiled_template) ------------------------------------------
 
 
-def kernel_linear(k: Kernel) -> LinearForm | None:
-    """The learned map the tiled template would render in ``k`` (``linear_form`` of its
-    heavy nodes: all but elementwise ops and the renames the schedule aliases)."""
+def heavy_nodes(k: Kernel) -> list[Any]:
+    """The nodes of ``k`` a matmul template renders itself: all but elementwise ops (the
+    epilogue) and the renames the schedule aliases."""
     renames = k.schedule.aliases
-    heavy = [
+    return [
         n
         for n in k.ops
         if n.op.category != "elementwise"
         and not (n.op.category == "view" and n.op.out_axes[0] in renames)  # type: ignore[attr-defined]
     ]
-    return linear_form(k.graph, heavy, {v for n in k.ops for v in n.outputs})
+
+
+def kernel_linear(k: Kernel) -> LinearForm | None:
+    """The learned map the tiled template would render in ``k`` (``linear_form`` of its
+    heavy nodes)."""
+    return linear_form(k.graph, heavy_nodes(k), {v for n in k.ops for v in n.outputs})
 
 
 def _matmul(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> Any:

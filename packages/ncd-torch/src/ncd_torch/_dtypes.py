@@ -63,7 +63,7 @@ def format_of(graph: Graph) -> DType | None:
 
 def to_tensor(array: Any) -> torch.Tensor:
     """A NumPy array (bf16 from ml_dtypes included) as a tensor of the same dtype."""
-    a = np.ascontiguousarray(np.asarray(array))
+    a = np.asarray(array, order="C")  # (np.ascontiguousarray makes a 0-d array 1-d)
     if a.dtype == ml_dtypes.bfloat16:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     try:

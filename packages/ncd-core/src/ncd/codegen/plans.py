@@ -250,23 +250,37 @@ def linear_form(g: Graph, heavy: Sequence[Node], made: Collection[int]) -> Linea
     return LinearForm(node, x, tuple(x_core), out, (src, param.name), None)
 
 
+def _outer_product(node: Node, made: Collection[int]) -> bool:
+    """A two-input einsum contracting values both read from memory (a weight's gradient)."""
+    op = node.op
+    return (
+        isinstance(op, L.Einsum)
+        and len(node.inputs) == 2
+        and bool(op.contracted)
+        and not any(v in made for v in node.inputs)
+    )
+
+
 def split_siblings(plan: FusionPlan) -> FusionPlan:
-    """One kernel per learned map in sibling-fused kernels (the q/k/v projections read the
-    same input): each piece then fits the tiled matmul template; a node goes with the first
+    """One kernel per learned map or contraction of two values read from memory in
+    sibling-fused kernels (the q/k/v projections read the same input; so do the gradients of
+    their weights): each piece then fits a matmul template; a node goes with the first
     contraction it depends on inside the kernel."""
     g = plan.graph
     out: list[Kernel] = []
     for k in plan.kernels:
+        made = {v: i for i in k.nodes for v in g.nodes[i].outputs}
         roots = [
             i
             for i in k.nodes
-            if isinstance(g.nodes[i].op, L.Linear) or _activation_side(g.nodes[i].op) is not None
+            if isinstance(g.nodes[i].op, L.Linear)
+            or _activation_side(g.nodes[i].op) is not None
+            or _outer_product(g.nodes[i], made)
         ]
         if len(roots) < 2 or k.streamed:
             out.append(k)
             continue
         owner: dict[int, int] = {}
-        made = {v: i for i in k.nodes for v in g.nodes[i].outputs}
         for i in k.nodes:
             deps = [owner[made[v]] for v in g.nodes[i].inputs if v in made]
             owner[i] = i if i in roots else (deps[0] if deps else roots[0])

@@ -115,15 +115,36 @@ def min_with_indices(axis: AxisLike, *, name: str = "") -> Term:
 def cumsum(axis: AxisLike, out: AxisLike | None = None, *, name: str = "") -> Term:
     """Running sums along ``axis``: ``y[i] = sum_{j<=i} x[j]`` (torch's ``cumsum``), on
     ``axis`` itself or, given ``out``, on that new axis of the same size. Each output sums only
-    the elements at or before it, chosen with a select, never a 0/1 product, so an inf or NaN
-    reaches only the positions from its own on. Quadratic work in ``|axis|``."""
+    the elements at or before it, so an inf or NaN reaches only the positions from its own on.
+    A known length takes ``ceil(log2 |axis|)`` doubling steps (``y += y`` shifted by 1, 2, 4...,
+    zeros shifted in: O(n log n) work, O(n) memory); a length left to run time sums the
+    elements chosen with a select (quadratic)."""
     return _running("sum", 0.0, axis, out, name)
 
 
 def cumprod(axis: AxisLike, out: AxisLike | None = None, *, name: str = "") -> Term:
-    """Running products along ``axis``: ``y[i] = prod_{j<=i} x[j]`` (torch's ``cumprod``), as
-    ``cumsum`` (the elements after ``i`` selected away as 1)."""
+    """Running products along ``axis``: ``y[i] = prod_{j<=i} x[j]`` (torch's ``cumprod``), the
+    elements after ``i`` selected away as 1, multiplied in order (quadratic work)."""
     return _running("prod", 1.0, axis, out, name)
+
+
+def _doubling(a: Axis, name: str) -> Term:
+    """Hillis and Steele's scan: ``y = y + shift(y, s)`` for ``s = 1, 2, 4, ... < |a|``, zeros
+    shifted in (each shift a pad then a slice back onto ``a``). Products keep the select:
+    regrouped, a partial product that underflows to 0 meets an inf as NaN where the running
+    product in order stays inf."""
+    from ncd import ops
+
+    n = int(a.size or 1)
+    y = _typed(a)
+    s = 1
+    while s < n:
+        padded = Axis(f"{a.name}_shift{s}", size=n + s)
+        shift = ops.pad(a, padded, before=s) >> ops.slice(padded, a, start=0)
+        op = Binary("add", name=name if s * 2 >= n else "")
+        y = y >> copy(2) >> (identity(1) @ shift) >> _p(op)
+        s *= 2
+    return y
 
 
 def _running(fn: str, fill: float, axis: AxisLike, out: AxisLike | None, name: str) -> Term:
@@ -135,6 +156,9 @@ def _running(fn: str, fill: float, axis: AxisLike, out: AxisLike | None, name: s
             f"{what}: out must be a new axis, got {a.describe()} for both. Fix: leave out "
             f"unset to keep the axis, or name a new one, e.g. ops.{what}('x', 'x_cum')."
         )
+    if fn == "sum" and isinstance(a.size, int):
+        y = _doubling(a, name)
+        return y if o is None else y >> _p(View((a,), (o,), ((a,),), ((a,),), ()))
     j = Axis(f"{a.name}_upto", size=a.size)
     to_j = _p(View((a,), (j,), ((a,),), ((a,),), ()))
     upto = (_p(Arange(a, 0.0, 1.0)) @ _p(Arange(j, 0.0, 1.0))) >> _p(Binary("ge"))
