@@ -35,6 +35,25 @@ KC = 256  # contracted elements per chunk (cache blocking)
 KL = 32  # contracted elements per __local tile (local staging)
 
 
+def clamped_rows(
+    gen: KernelGen, buf: Any, axes: Any, zero: dict[Axis, str], total: Size
+) -> list[tuple[str, dict[Axis, Any]]]:
+    """The ``RM`` rows of block ``mb`` over the flattened ``axes`` (``total`` of them), each
+    clamped to the last one, with a pointer ``a<i>`` to its start in ``buf`` (the ``zero``
+    axes at 0): (the row's index variable, its index per axis)."""
+    w, d, it = gen.w, gen.dialect, gen.itype
+    rows = []
+    for i in range(RM):
+        m = gen.unique(f"m{i}")
+        w.line(f"const {it} {m} = min(mb * {RM} + {i}, {gen.index_lit(total - 1)});")
+        env = gen.split(axes, m)
+        rows.append((m, env))
+        w.line(
+            f"{d.global_} const {buf.ctype}* a{i} = {buf.name} + {buf.address({**env, **zero})};"
+        )
+    return rows
+
+
 def _contiguous(buf: Any, axes: tuple[Axis, ...], sizes: dict[Axis, Size]) -> bool:
     """The axes are the buffer's last ones, in order (one unit-stride run)."""
     return tuple(buf.axes[len(buf.axes) - len(axes) :]) == tuple(axes)
@@ -97,13 +116,8 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
     w.line(f"const {it} nb = {gen.dialect.gid(0, gen.wide)};")
     w.line(f"const {it} mb = {gen.dialect.gid(1, gen.wide)};")
     zero = {a: "0" for a in in_axes}
-    rows, cols = [], []
-    for i in range(RM):
-        m = gen.unique(f"m{i}")
-        w.line(f"const {it} {m} = min(mb * {RM} + {i}, {gen.index_lit(msz - 1)});")
-        env = gen.split(m_axes, m)
-        rows.append((m, env))
-        w.line(f"{d.global_} const {xb.ctype}* a{i} = {xb.name} + {xb.address({**env, **zero})};")
+    rows = clamped_rows(gen, xb, m_axes, zero, msz)
+    cols = []
     for j in range(RN):
         n = gen.unique(f"n{j}")
         w.line(f"const {it} {n} = min(nb * {RN} + {j}, {gen.index_lit(nsz - 1)});")

@@ -25,11 +25,12 @@ from ncd.axis import Axis
 from ncd.codegen import KernelGen, KernelSource
 from ncd.codegen.layout import ceil_div
 from ncd.primitives import library as L
+from ncd_opencl.matmul import RM, VW, clamped_rows
 from ncd_opencl.schedule import heavy_nodes
 
 __all__ = ["outer_template"]
 
-RM, RN, VW = 4, 2, 8  # rows, vectors per work-item; vector width
+RN = 2  # vectors per work-item (the rows, ``RM``, and the width, ``VW``, are the tiled's)
 WG = (8, 8)  # work-items per group along the vectors and the rows
 
 
@@ -77,13 +78,8 @@ def outer_template(gen: KernelGen) -> KernelSource | None:
     w.line(f"const {it} nb = {d.gid(0, gen.wide)};")
     w.line(f"const {it} mb = {d.gid(1, gen.wide)};")
     zero_k = {a: "0" for a in contracted}
-    rows, cols = [], []
-    for i in range(RM):
-        m = gen.unique(f"m{i}")
-        w.line(f"const {it} {m} = min(mb * {RM} + {i}, {gen.index_lit(msz - 1)});")
-        env = gen.split(m_axes, m)
-        rows.append(env)
-        w.line(f"{d.global_} const {ab.ctype}* a{i} = {ab.name} + {ab.address({**env, **zero_k})};")
+    rows = [env for _, env in clamped_rows(gen, ab, m_axes, zero_k, msz)]
+    cols = []
     for j in range(RN):
         nv = gen.unique(f"nv{j}")
         w.line(f"const {it} {nv} = min(nb * {RN} + {j}, {gen.index_lit(nvec - 1)});")
