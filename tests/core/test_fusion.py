@@ -154,3 +154,26 @@ def test_a_matmul_after_a_normaliser_stays_apart() -> None:
     r, c = ncd.Axis("r", size=5), ncd.Axis("c", size=40)
     plan = ncd.fuse((ops.layernorm(c) >> ops.linear(c, ncd.Axis("o", size=8))).over(r))
     assert len(plan.kernels) == 2
+
+
+def test_no_kernel_renames_two_axes_onto_one() -> None:
+    """An LSTM step renames each of its four gates onto ``hidden``: a kernel holding two of
+    those renames would map ``hidden`` to one source only and launch the product of the gate
+    axes (64^4 x batch work-items were once planned). Every kernel's grid is no larger than
+    its largest output."""
+    import math
+
+    from ncd.streaming import is_rename
+
+    m = nn.lstm(16, 16, seq=ncd.Axis("seq", size=3), batch=ncd.Axis("n", size=2), label="")
+    plan = ncd.fuse(m)
+    g = plan.graph
+    for k in plan.kernels:
+        onto: dict[ncd.Axis, set[ncd.Axis]] = {}
+        for i in k.nodes:
+            if is_rename(g.nodes[i].op):
+                onto.setdefault(g.nodes[i].op.out_axes[0], set()).add(g.nodes[i].op.in_axes[0])
+        assert all(len(srcs) == 1 for srcs in onto.values()), k.name
+        grid = math.prod(int(g.size(a) or 1) for a in k.schedule.grid)
+        largest = max(math.prod(int(g.size(a) or 1) for a in g.values[v].axes) for v in k.outputs)
+        assert grid <= largest, (k.name, grid, largest)

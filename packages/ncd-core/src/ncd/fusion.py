@@ -232,6 +232,15 @@ def _schedule(
 ) -> tuple[Axis | None, list[Axis]]:
     """(streamed axis, grid) of a merged node set, or ``_Reject`` with the reason."""
     old_stream, old_grid = old if old is not None else (None, [])
+    onto: dict[Axis, set[Axis]] = {}
+    for i in nodes:
+        op = graph.nodes[i].op
+        if is_rename(op):
+            onto.setdefault(op.out_axes[0], set()).add(op.in_axes[0])  # type: ignore[attr-defined]
+    if any(len(srcs) > 1 for srcs in onto.values()):
+        # a kernel's renames map each new axis to one source (``Kernel.aliases``): renames of
+        # two axes onto one (an LSTM's four gates each renamed onto ``hidden``) stay apart
+        raise _Reject(f"fusing {what} would rename two axes onto one in one kernel")
     reduced = _internal_reduced(graph, nodes)
     options: list[Axis | None] = [old_stream] if old_stream is not None else [None, *reduced]
     # The unit may give up grouping an axis only when the kernel reduces it (the stream then
