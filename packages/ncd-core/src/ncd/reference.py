@@ -160,7 +160,7 @@ REDUCE: dict[str, Callable[..., Array]] = {
     "min": np.min,
     "mean": np.mean,
     "prod": np.prod,
-    "logsumexp": lambda x, axis: _logsumexp(x, axis),
+    "logsumexp": lambda x, axis: _logsumexp(x, axis),  # (defined below)
 }
 
 
@@ -168,7 +168,9 @@ def _logsumexp(x: Array, axis: tuple[int, ...]) -> Array:
     """``log sum exp`` with the maximum shifted out; a row of -inf gives -inf, one holding
     +inf gives inf and NaN propagates (torch's ``logsumexp``)."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        m = np.max(x, axis=axis, keepdims=True) if x.size else np.zeros(())
+        if not x.size:  # an empty sum: log 0
+            return np.asarray(np.log(np.sum(np.exp(x), axis=axis)), dtype=x.dtype)
+        m = np.max(x, axis=axis, keepdims=True)
         shift = np.where(np.isfinite(m), m, 0.0).astype(x.dtype)
         total = np.sum(np.exp(x - shift), axis=axis)
         return np.asarray(np.log(total) + np.squeeze(shift, axis=axis), dtype=x.dtype)

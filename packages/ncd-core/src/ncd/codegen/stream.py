@@ -205,7 +205,7 @@ def row_statistics(g: Any, done: list[int], kinds: Mapping[int, str]) -> list[No
 def _bind_statistics(gen: KernelGen, acc: _Acc, stats: list[Node]) -> None:
     """Bind each row statistic to the normaliser's state of ``acc`` (its row)."""
     for node in stats:
-        if isinstance(acc.norm.op, L.Softmax) if acc.norm is not None else False:
+        if "m" in acc.state:  # softmax's running maximum and sum
             m, total = acc.state["m"], acc.state["l"]
             finite = m.cmp("<", gen.lit(math.inf))
             value: Expr = ir.Select(finite, m + gen.call("log", total), m)
