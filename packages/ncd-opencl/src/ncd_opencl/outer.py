@@ -24,6 +24,7 @@ import math
 from ncd.axis import Axis
 from ncd.codegen import KernelGen, KernelSource
 from ncd.codegen.layout import ceil_div
+from ncd.codegen.plans import outer_product
 from ncd.primitives import library as L
 from ncd_opencl.matmul import RM, VW, clamped_rows
 from ncd_opencl.schedule import heavy_nodes
@@ -43,10 +44,7 @@ def outer_template(gen: KernelGen) -> KernelSource | None:
     if len(heavy) != 1 or not isinstance(heavy[0].op, L.Einsum):
         return None
     (node,) = heavy
-    op: L.Einsum = heavy[0].op
-    if len(node.inputs) != 2 or len(set(node.inputs)) != 2 or not op.contracted:
-        return None
-    if any(v in gen.made_here for v in node.inputs):
+    if not outer_product(node, gen.made_here) or len(set(node.inputs)) != 2:
         return None
     out = g.values[node.outputs[0]].axes
     a_v, b_v = node.inputs

@@ -28,6 +28,7 @@ __all__ = [
     "flat_tile",
     "linear_form",
     "local_plan",
+    "outer_product",
     "plan_for",
     "spread_tile",
 ]
@@ -250,8 +251,9 @@ def linear_form(g: Graph, heavy: Sequence[Node], made: Collection[int]) -> Linea
     return LinearForm(node, x, tuple(x_core), out, (src, param.name), None)
 
 
-def _outer_product(node: Node, made: Collection[int]) -> bool:
-    """A two-input einsum contracting values both read from memory (a weight's gradient)."""
+def outer_product(node: Node, made: Collection[int]) -> bool:
+    """A two-input einsum contracting values both read from memory, none of ``made`` (a
+    weight's gradient): what ncd-opencl's broadcast GEMM renders."""
     op = node.op
     return (
         isinstance(op, L.Einsum)
@@ -275,7 +277,7 @@ def split_siblings(plan: FusionPlan) -> FusionPlan:
             for i in k.nodes
             if isinstance(g.nodes[i].op, L.Linear)
             or _activation_side(g.nodes[i].op) is not None
-            or _outer_product(g.nodes[i], made)
+            or outer_product(g.nodes[i], made)
         ]
         if len(roots) < 2 or k.streamed:
             out.append(k)
