@@ -136,8 +136,15 @@ def test_update_is_an_elementwise_ncd_model_and_pure() -> None:
     opt.update(params, grads, state)
     assert all(np.array_equal(before[k], params[k]) for k in params)
     assert state["step"] == 0
-    with pytest.raises(ncd.ParameterError, match="no gradient"):
+    with pytest.raises(ncd.ParameterError, match="nothing to update"):
         opt.update(params, {}, state)
+    with pytest.raises(ncd.ParameterError, match="not parameters"):
+        opt.update(params, {**grads, "typo.weight": np.ones(3)}, state)
+    # a parameter without a gradient (a buffer) is carried unchanged, its state too
+    first = next(iter(params))
+    kept, new_state = opt.update(params, {k: g for k, g in grads.items() if k != first}, state)
+    assert kept[first] is params[first] and set(kept) == set(params)
+    assert np.array_equal(new_state["m"][first], state["m"][first])
     with pytest.raises(ncd.DefinitionError):
         optim.SGD(lr=0.1, nesterov=True)
     with pytest.raises(ncd.DefinitionError):

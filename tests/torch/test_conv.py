@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ncd
-from ncd import conv
+from ncd import conv, ops
 from ncd_torch import from_torch, to_module
 from ncd_torch._import_errors import advice
 
@@ -403,3 +403,105 @@ def test_group_norm_gradients_match_autograd() -> None:
     np.testing.assert_allclose(grads["gn.bias"], gn.bias.grad.numpy(), atol=1e-12)  # type: ignore[union-attr]
     _, (gx,) = ncd.run(ncd.grad(model, wrt="inputs"), x.detach().numpy(), params=params)
     np.testing.assert_allclose(gx, x.grad.numpy(), atol=1e-12)  # type: ignore[union-attr]
+
+
+class TrainNet1d(nn.Module):
+    """A 1-d conv net with batch norm, used in ``train()`` mode: batch statistics."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(3, 7, 3, padding=1)
+        self.bn = nn.BatchNorm1d(7)
+        self.head = nn.Conv1d(7, 2, 1)
+        self.bn2 = nn.BatchNorm1d(2, affine=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn2(self.head(torch.relu(self.bn(self.conv(x)))))
+
+
+@pytest.mark.parametrize(
+    ("make", "shape", "other"),
+    [
+        (lambda: BasicBlock(3, 5, 2), (2, 3, 7, 13), (3, 3, 7, 13)),
+        (TrainNet1d, (2, 3, 13), (1, 3, 13)),
+    ],
+)
+def test_a_training_mode_batch_norm_imports_with_batch_statistics(
+    make: Any, shape: tuple[int, ...], other: tuple[int, ...]
+) -> None:
+    """A module in ``train()`` mode imports with its batch statistics (the batch left free),
+    matches torch at another batch on the reference, OpenCL and the export, and its
+    gradients equal autograd's."""
+    torch.manual_seed(5)
+    module = make().double().train()
+    for m in module.modules():
+        if isinstance(m, nn.BatchNorm1d | nn.BatchNorm2d) and m.affine:
+            with torch.no_grad():
+                m.weight.uniform_(0.5, 2.0)
+                m.bias.normal_()
+    imported = from_torch(module, (torch.randn(*shape, dtype=torch.float64),))
+    model, params = imported
+    assert not any(n.op.kind == "batch_norm" for n in model.graph.nodes)
+    x = torch.randn(*other, dtype=torch.float64, requires_grad=True)
+    want_t = module(x)
+    want = want_t.detach().numpy()
+    np.testing.assert_allclose(ncd.run(model, x.detach().numpy(), params=params), want, atol=1e-10)
+    back = imported.to_module().double().train()
+    back.load_state_dict(module.state_dict())
+    with torch.no_grad():
+        np.testing.assert_allclose(back(x).numpy(), want, atol=1e-10)
+    r = np.random.default_rng(0).standard_normal(want.shape)
+    (want_t * torch.tensor(r)).sum().backward()
+    _, grads = ncd.run(ncd.grad(model, cotangents=True), x.detach().numpy(), r, params=params)
+    torch_names = imported.torch_names
+    for name, g in grads.items():
+        tensor = dict(module.named_parameters())[torch_names[name]]
+        np.testing.assert_allclose(g, tensor.grad.numpy().reshape(g.shape), atol=1e-9, err_msg=name)
+    if importlib.util.find_spec("ncd_opencl") is not None:
+        p32 = {k: v.astype(np.float32) for k, v in params.items()}
+        got = ncd.compile(model, "opencl")(x.detach().numpy().astype(np.float32), params=p32)
+        np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_training_with_batch_statistics_follows_torch_step_by_step() -> None:
+    """Three SGD steps of a conv / batch norm / ReLU net in ``train()`` mode, written with
+    ``conv.batch_norm(over=..., running=True)``: the loss, the learned parameters and the
+    running statistics equal torch's at every step (the statistics stored from the model's
+    second and third outputs), and the eval form then equals torch's ``eval()``."""
+    torch.manual_seed(6)
+    module = nn.Sequential(nn.Conv2d(3, 7, 3, padding=1), nn.BatchNorm2d(7), nn.ReLU()).double()
+    ci, c, batch = ncd.Axis("c_in", size=3), ncd.Axis("c", size=7), ncd.Axis("batch")
+    spatial = (batch, ncd.Axis("h_out"), ncd.Axis("w_out"))
+    conv2d = conv.conv2d(ci, c, 3, padding=1, name="0").over(batch)
+    train = conv2d >> conv.batch_norm(c, over=spatial, running=True, name="1")
+    train = train >> (ops.relu() @ ncd.identity(2))
+    evaluate = conv2d >> conv.batch_norm(c, name="1") >> ops.relu()
+    sd = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    params = {k: v.numpy() for k, v in sd.items() if "num_batches" not in k}
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        x = rng.standard_normal((5, 3, 7, 13))
+        r = rng.standard_normal((5, 7, 7, 13))
+        module.train()
+        opt.zero_grad()
+        loss_t = (module(torch.tensor(x)) * torch.tensor(r)).sum()
+        loss_t.backward()
+        opt.step()
+        y, mean, var = ncd.run(train, x, params=params)
+        np.testing.assert_allclose((y * r).sum(), loss_t.item(), rtol=1e-10)
+        learned = {k: v for k, v in params.items() if "running" not in k}
+        # the statistics' seeds are zero: torch does not differentiate their update
+        step = ncd.grad(train, cotangents=True)
+        _, grads = ncd.run(step, x, r, np.zeros(7), np.zeros(7), params=params)
+        params = {k: v - 0.1 * grads[k] if k in grads else v for k, v in params.items()}
+        params["1.running_mean"], params["1.running_var"] = mean, var
+        assert set(grads) == set(learned)
+        for k, v in module.state_dict().items():
+            if "num_batches" not in k:
+                np.testing.assert_allclose(params[k], v.numpy(), atol=1e-10, err_msg=k)
+    module.eval()
+    x = rng.standard_normal((2, 3, 7, 13))
+    with torch.no_grad():
+        want = module(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(ncd.run(evaluate, x, params=params), want, atol=1e-10)

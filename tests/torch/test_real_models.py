@@ -419,9 +419,14 @@ def test_a_conv_net_gives_one_short_error_naming_every_unsupported_module():
     assert {p.site.path for p in info.value.problems} == {"conv1", "conv2", "pool"}
 
 
-def test_training_mode_batch_norm_is_refused_by_name():
-    with pytest.raises(TorchImportError, match=r"call module.eval\(\) first"):
-        from_torch(ConvNet().train(), (torch.randn(2, 3, 14, 14),))
+def test_training_mode_batch_norm_imports_with_batch_statistics():
+    # was refused; batch statistics import since issue 15's training form
+    torch.manual_seed(3)
+    module = ConvNet().train()
+    x = torch.randn(2, 3, 14, 14)
+    model, params = from_torch(module, (x,))
+    want = module(x).detach().numpy()
+    np.testing.assert_allclose(ncd.run(model, x.numpy(), params=params), want, atol=1e-5)
 
 
 def test_an_lstm_tagger_imports_and_matches_torch():

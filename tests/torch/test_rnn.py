@@ -181,19 +181,18 @@ class _States(tnn.Module):
         if self.how == "h0":
             h0 = torch.ones(1, 2, 4)
             return self.rnn(x, (h0, h0))[0]  # type: ignore[no-any-return]
-        out, (h, _c) = self.rnn(x)
-        return h if self.how == "hn" else out  # type: ignore[no-any-return]
+        return self.rnn(x)[0]  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(
     ("how", "words"),
     [
-        ("h0", "an initial state other than zeros"),
-        ("hn", "reading the final states"),
+        ("h0", "a constant other than zeros"),
         ("proj", "proj_size"),
     ],
 )
 def test_what_does_not_import_is_named(how: str, words: str) -> None:
+    # a constant initial state other than zeros: a model input or a computed one imports
     with pytest.raises(ncd_torch.TorchImportError, match=words):
         ncd_torch.from_torch(_States(how).eval(), (torch.randn(7, 2, 3),))
 
@@ -207,3 +206,71 @@ def test_bad_layers_are_typed_errors() -> None:
         nn.rnn(3, 4, nonlinearity="gelu")
     with pytest.raises(ncd.SizeError, match="needs that size"):
         nn.lstm(3, 4)  # the sequence length is not known
+
+
+class Stateful(tnn.Module):
+    """A recurrent layer fed its initial states and returning its final ones, as the PyTorch
+    word-language-model example carries them from batch to batch."""
+
+    def __init__(self, cell: str, layers: int, both: bool, first: bool) -> None:
+        super().__init__()
+        self.cell = cell
+        self.rnn = KINDS[cell](5, 7, num_layers=layers, bidirectional=both, batch_first=first)
+
+    def forward(self, x: torch.Tensor, *state: torch.Tensor) -> Any:
+        if self.cell == "lstm":
+            y, (h, c) = self.rnn(x, (state[0], state[1]) if state else None)
+            return y, h, c
+        y, h = self.rnn(x, state[0] if state else None)
+        return y, h
+
+
+@pytest.mark.parametrize(
+    ("cell", "layers", "both", "first", "given"),
+    [
+        ("lstm", 2, False, False, True),
+        ("lstm", 1, True, True, True),
+        ("gru", 2, True, False, True),
+        ("rnn", 1, False, True, True),
+        ("lstm", 2, True, False, False),
+        ("gru", 1, False, False, False),
+    ],
+)
+def test_initial_and_final_states_import(
+    cell: str, layers: int, both: bool, first: bool, given: bool
+) -> None:
+    """``(h_0, c_0)`` fed in (or zeros) and ``(h_n, c_n)`` read, in torch's layout, at
+    another batch than the capture's (the batch stays free; the length is unrolled) on the
+    reference, OpenCL and the export; a NaN in one batch row of the initial state stays in
+    that row, as torch's."""
+    torch.manual_seed(9)
+    module = Stateful(cell, layers, both, first).eval()
+    stack = layers * (2 if both else 1)
+
+    def inputs(batch: int, n: int) -> tuple[torch.Tensor, ...]:
+        x = torch.randn(*((batch, n) if first else (n, batch)), 5)
+        states = [torch.randn(stack, batch, 7) for _ in range(2 if cell == "lstm" else 1)]
+        return (x, *states) if given else (x,)
+
+    imported = ncd_torch.from_torch(module, inputs(2, 7))
+    model, params = imported
+    assert [v.label for v in model.config().free] == ["batch"]
+    xs = inputs(3, 7)
+    if given:
+        xs[1][0, 1, 3] = float("nan")
+    with torch.no_grad():
+        want = [t.numpy() for t in module(*xs)]
+    got = ncd.run(model, *(x.numpy() for x in xs), params=params)
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    back = imported.to_module()
+    back.load_state_dict(module.state_dict())
+    with torch.no_grad():
+        for a, b in zip(back(*xs), want, strict=True):
+            np.testing.assert_allclose(a.numpy(), b, atol=1e-5)
+    if OPENCL:
+        outs = ncd.compile(model, "opencl")(*(x.numpy() for x in xs), params=params)
+        for a, b in zip(outs, want, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-4)

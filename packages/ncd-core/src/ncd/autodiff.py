@@ -1144,11 +1144,14 @@ def _twin(t: Tape, builder_scope: int) -> int:
 def _keys(g: Graph, params: Mapping[str, Any], wrt: Any) -> tuple[list[str | int], list[int]]:
     if isinstance(wrt, str):
         if wrt == "params":
-            if not params:
+            learned = [k for k, p in params.items() if not p.buffer]
+            if not learned:
                 raise GradError(
-                    "ncd.grad: the model has no parameters. Fix: ask wrt='inputs' instead."
+                    "ncd.grad: the model has no learned parameters"
+                    + (f" (only the buffers {', '.join(params)})" if params else "")
+                    + ". Fix: ask wrt='inputs' instead."
                 )
-            return list(params), []
+            return list(learned), []
         if wrt == "inputs":
             chosen: list[str | int] = list(range(len(g.inputs)))
         else:
@@ -1173,6 +1176,12 @@ def _keys(g: Graph, params: Mapping[str, Any], wrt: Any) -> tuple[list[str | int
                     f"ncd.grad: no parameter {k!r}; this model has "
                     f"{', '.join(list(params)[:8]) or 'none'}. Fix: pass names from "
                     "ncd.init(model)."
+                )
+            if params[k].buffer:
+                raise GradError(
+                    f"ncd.grad: {k!r} is a buffer (state read by the model, such as a batch "
+                    "norm's running statistics), not a learned parameter, so it has no gradient. "
+                    "Fix: leave it out of wrt."
                 )
             continue
         if not 0 <= k < len(g.inputs):

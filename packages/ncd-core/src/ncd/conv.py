@@ -422,17 +422,31 @@ def avg_pool2d(
     )
 
 
-def batch_norm(channels: Axis, *, eps: float = 1e-5, affine: bool = True, name: str = "bn") -> Term:
-    """``torch.nn.BatchNorm1d/2d`` in eval mode over ``[channels, *spatial]``: the running
-    statistics (``{name}.running_mean``/``running_var``) and the affine ``weight``/``bias``;
-    elementwise, so it runs in the kernel of the convolution before it. ``channels`` is the
-    Axis the layer before produces (``conv2d(c_in, c_out) >> batch_norm(c_out)``)."""
+def batch_norm(
+    channels: Axis,
+    *,
+    eps: float = 1e-5,
+    affine: bool = True,
+    name: str = "bn",
+    over: Sequence[Axis | str] | None = None,
+    momentum: float = 0.1,
+    running: bool = False,
+) -> Term:
+    """``torch.nn.BatchNorm1d/2d`` over ``[channels, *spatial]``. Eval mode (the default): the
+    running statistics (``{name}.running_mean``/``running_var``, buffers) and the affine
+    ``weight``/``bias``; elementwise, so it runs in the kernel of the convolution before it.
+    Train mode (``over``: the batch and spatial axes): the batch statistics, and with
+    ``running=True`` the updated running statistics as two more outputs (``ops.batch_norm``).
+    ``channels`` is the Axis the layer before produces (``conv2d(c_in, c_out) >>
+    batch_norm(c_out)``)."""
     if not isinstance(channels, Axis):
         raise DefinitionError(
             f"batch_norm: channels must be the Axis of the layer before, got {show(channels)}. "
             "Fix: c = ncd.Axis('c_out', size=16); conv2d(3, c) >> batch_norm(c)."
         )
-    return ops.batch_norm(channels, eps=eps, affine=affine, name=name)
+    return ops.batch_norm(
+        channels, eps=eps, affine=affine, name=name, over=over, momentum=momentum, running=running
+    )
 
 
 def group_norm(

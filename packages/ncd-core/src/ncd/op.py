@@ -229,13 +229,17 @@ def groups_field() -> Any:
 @attrs.frozen
 class Param:
     """A learned array owned by an op: its name within the op, axes, initialiser and format
-    (float32 unless the op has a format of its own: ``Op.params`` fills it in)."""
+    (float32 unless the op has a format of its own: ``Op.params`` fills it in). ``buffer``: a
+    state array that is read but not learned (a batch norm's running statistics, torch's
+    buffers): it is initialised, saved and loaded like a parameter, but ``ncd.grad`` gives it
+    no gradient, so no optimiser moves it."""
 
     name: str
     axes: tuple[Axis, ...] = attrs.field(converter=_tuple_of_axes)
     init: str = "normal"  # normal | uniform_fan_in | ones | zeros
     fan_in: tuple[Axis, ...] = attrs.field(default=(), converter=_tuple_of_axes)
     dtype: DType = attrs.field(default=float32, converter=to_dtype, kw_only=True)
+    buffer: bool = attrs.field(default=False, kw_only=True)
 
 
 def _op_format(value: Any) -> DType | None:

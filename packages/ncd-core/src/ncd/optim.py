@@ -135,19 +135,27 @@ class Optimizer:
         grads: Mapping[str, np.ndarray],
         state: Mapping[str, Any],
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """One step: ``(new params, new state)``; the inputs are left unchanged."""
-        missing = [k for k in params if k not in grads]
-        if missing:
+        """One step: ``(new params, new state)``; the inputs are left unchanged. A parameter
+        with no gradient (a buffer such as a batch norm's running statistics, or one left out
+        of ``wrt``) is carried as it is, as torch's optimisers skip one whose ``.grad`` is
+        ``None``; a gradient for no parameter is an error."""
+        stray = [k for k in grads if k not in params]
+        if stray or not grads:
             raise ParameterError(
-                f"update: no gradient for {', '.join(missing[:8])}. Fix: pass the grads of "
-                "ncd.run(ncd.grad(model), ...) for the same parameters."
+                f"update: gradients for {', '.join(stray[:8]) or 'nothing'}, "
+                f"{'which are not parameters' if stray else 'so nothing to update'}. Fix: "
+                "pass the grads of ncd.run(ncd.grad(model), ...) with that model's parameters."
             )
         step = int(state["step"]) + 1
         scalars = [np.asarray(s, dtype=np.float64) for s in self.scalars(step)]
-        new_params: dict[str, np.ndarray] = {}
+        new_params: dict[str, np.ndarray] = {k: v for k, v in params.items() if k not in grads}
         new_state: dict[str, Any] = {"step": step, **{s: {} for s in self.slots}}
+        for s in self.slots:
+            new_state[s] = {k: state[s][k] for k in new_params if k in state[s]}
         groups: dict[np.dtype[Any], list[str]] = {}
         for name, p in params.items():
+            if name not in grads:
+                continue
             p = np.asarray(p)
             g = np.asarray(grads[name])
             if g.shape != p.shape:

@@ -25,10 +25,19 @@ from ncd.axis import ArrayType, Axis, show
 from ncd.axis import axis_arg as _ax
 from ncd.errors import DefinitionError, SizeError
 from ncd.primitives.indexing import Concat
-from ncd.primitives.library import Constant, Parameter, View
+from ncd.primitives.library import Constant, Parameter, Reduce, View
 from ncd.scan import scan
 
-__all__ = ["RecurrentBlock", "gru", "lstm", "recurrent", "rnn", "rnn_lm"]
+__all__ = [
+    "STATES",
+    "RecurrentBlock",
+    "gru",
+    "lstm",
+    "recurrent",
+    "recurrent_states",
+    "rnn",
+    "rnn_lm",
+]
 
 AxisArg = Axis | int | str | None
 
@@ -206,9 +215,26 @@ Weights = Sequence[Sequence[Sequence[Tensor]]]
 class RecurrentBlock(Term):
     """``recurrent`` as a term over ``(x, *weights)``, the weights flattened layer by layer and
     direction by direction (``w_ih, w_hh[, b_ih, b_hh]`` each), for a front end that holds them
-    as parameters of its own (``from_torch`` of ``nn.LSTM``, whose names they keep)."""
+    as parameters of its own (``from_torch`` of ``nn.LSTM``, whose names they keep).
 
-    __slots__ = ("act", "bias", "directions", "hidden", "kind", "layers", "out", "seq")
+    ``stack`` (an axis of ``layers * directions`` entries): the term also returns the final
+    states after the output (``h_n``, and ``c_n`` for the LSTM, each ``[stack .. hidden]``,
+    torch's ``(num_layers * num_directions, batch, hidden)``); with ``initial`` it takes the
+    initial states in that layout after ``x`` (``h_0``, ``c_0``) instead of starting from
+    zeros, as torch's layers do."""
+
+    __slots__ = (
+        "act",
+        "bias",
+        "directions",
+        "hidden",
+        "initial",
+        "kind",
+        "layers",
+        "out",
+        "seq",
+        "stack",
+    )
 
     def __init__(
         self,
@@ -221,11 +247,21 @@ class RecurrentBlock(Term):
         hidden: Axis,
         out: Axis,
         act: str = "tanh",
+        stack: Axis | None = None,
+        initial: bool = False,
     ) -> None:
+        if initial and stack is None:
+            raise DefinitionError(
+                f"{kind}: initial states need the stack axis they are laid out on (layers x "
+                "directions). Fix: pass stack=ncd.Axis('layers', size=layers * directions)."
+            )
         per = 4 if bias else 2
-        super().__init__(1 + layers * directions * per, 1)
+        states = len(STATES[kind])
+        n_in = 1 + (states if initial else 0) + layers * directions * per
+        super().__init__(n_in, 1 + (0 if stack is None else states))
         self.kind, self.layers, self.directions, self.bias = kind, layers, directions, bias
         self.seq, self.hidden, self.out, self.act = seq, hidden, out, act
+        self.stack, self.initial = stack, initial
 
     def __repr__(self) -> str:
         return f"RecurrentBlock({self.kind!r}, layers={self.layers}, directions={self.directions})"
@@ -233,13 +269,28 @@ class RecurrentBlock(Term):
     def lower(self, b: Builder, ins: Sequence[Ref]) -> list[Ref]:
         return call_on(b, self._stack, ins, f"{self!r}")
 
-    def _stack(self, x: Tensor, *flat: Tensor) -> Tensor:
+    def _stack(self, x: Tensor, *rest: Tensor) -> Tensor | tuple[Tensor, ...]:
+        n = len(STATES[self.kind]) if self.initial else 0
+        initial, flat = rest[:n], rest[n:]
         per = 4 if self.bias else 2
         groups = [list(flat[i : i + per]) for i in range(0, len(flat), per)]
         weights = [groups[i : i + self.directions] for i in range(0, len(groups), self.directions)]
-        return recurrent(
-            self.kind, x, weights, seq=self.seq, hidden=self.hidden, out=self.out, act=self.act
+        y, finals = recurrent_states(
+            self.kind,
+            x,
+            weights,
+            seq=self.seq,
+            hidden=self.hidden,
+            out=self.out,
+            act=self.act,
+            initial=initial if self.initial else None,
+            stack=self.stack,
         )
+        return (y, *finals) if self.stack is not None else y
+
+
+#: the states each kind carries, in torch's order (``(h_n, c_n)`` for the LSTM)
+STATES = {"rnn": ("h",), "gru": ("h",), "lstm": ("h", "c")}
 
 
 def recurrent(
@@ -250,14 +301,44 @@ def recurrent(
     [gates feat], w_hh [gates hidden_prev])`` and, with biases, ``(b_ih, b_hh) [gates]``, where
     ``gates`` runs over torch's gates (``GATES[kind]``) of ``hidden`` units each. The result is
     every position's last-layer state ``[seq .. hidden]``, or both directions joined on ``out``
-    (the next layer's input axis reads a layer's joined states directly)."""
+    (the next layer's input axis reads a layer's joined states directly). Zero initial states."""
+    y, _ = recurrent_states(kind, x, weights, seq=seq, hidden=hidden, out=out, act=act)
+    return y
+
+
+def recurrent_states(
+    kind: str,
+    x: Tensor,
+    weights: Weights,
+    *,
+    seq: Axis,
+    hidden: Axis,
+    out: Axis,
+    act: str,
+    initial: Sequence[Tensor] | None = None,
+    stack: Axis | None = None,
+) -> tuple[Tensor, list[Tensor]]:
+    """``recurrent``, from the initial states ``initial`` (``h_0`` and, for the LSTM, ``c_0``,
+    each ``[stack .. hidden]`` with ``|stack| = layers * directions``, entry ``l * directions +
+    d`` layer ``l``'s direction ``d``: torch's layout), or zeros; also returns the final states
+    in the same layout when ``stack`` is given (else none)."""
     have = weights[0][0][0].axes[1]  # the axis x holds its features on
     h = hidden
+    n_dirs = len(weights[0])
+    kept: list[list[Tensor]] = [[] for _ in STATES[kind]]
     for layer, per in enumerate(weights):
         feat = per[0][0].axes[1]
         if have != feat:  # the last layer's states as this layer's input
             x = ops.rename(have, feat)(x)
-        ys = [_direction(kind, x, w, seq, h, bool(d), act) for d, w in enumerate(per)]
+        ys = []
+        for d, w in enumerate(per):
+            first = None
+            if initial is not None and stack is not None:
+                first = [_entry(v, stack, layer * n_dirs + d) for v in initial]
+            y, finals = _direction(kind, x, w, seq, h, bool(d), act, first)
+            ys.append(y)
+            for k, v in enumerate(finals):
+                kept[k].append(v)
         if len(ys) == 1:
             x, have = ys[0], h
             continue
@@ -267,16 +348,38 @@ def recurrent(
         x = join(ops.rename(h, fwd)(ys[0]), ops.rename(h, bwd)(ys[1]))
     if have != out:
         x = ops.rename(have, out)(x)
-    return x
+    if stack is None:
+        return x, []
+    joined = [
+        ops.stack(stack, len(vs), name=f"{name}_n")(*vs)
+        for name, vs in zip(STATES[kind], kept, strict=True)
+    ]
+    return x, joined
+
+
+def _entry(v: Tensor, stack: Axis, i: int) -> Tensor:
+    """Entry ``i`` of ``v`` along ``stack``, the axis gone (a one-wide slice summed away)."""
+    one = Axis(f"{stack.name}_{i}", size=1)
+    piece: Tensor = ops.slice(stack, one, start=i)(v)
+    out: Tensor = ops.prim(Reduce("sum", (one,)))(piece)
+    return out
 
 
 def _direction(
-    kind: str, x: Tensor, w: Sequence[Tensor], s: Axis, h: Axis, reverse: bool, act: str
-) -> Tensor:
-    """One direction of one layer over ``x [.. s .. feat]``: every position's state
-    ``[s .. h]``. The input matrix reads the whole sequence at once, outside the loop; each
-    step is one product of the recurrent matrix with the state (every gate at once: the tiled
-    matmul) and the gate arithmetic on slices of it, each gate's slice renamed onto ``h``."""
+    kind: str,
+    x: Tensor,
+    w: Sequence[Tensor],
+    s: Axis,
+    h: Axis,
+    reverse: bool,
+    act: str,
+    initial: Sequence[Tensor] | None = None,
+) -> tuple[Tensor, list[Tensor]]:
+    """One direction of one layer over ``x [.. s .. feat]``, from the states ``initial`` (or
+    zeros): every position's state ``[s .. h]``, and the final states. The input matrix reads
+    the whole sequence at once, outside the loop; each step is one product of the recurrent
+    matrix with the state (every gate at once: the tiled matmul) and the gate arithmetic on
+    slices of it, each gate's slice renamed onto ``h``."""
     w_ih, w_hh, *biases = w
     q, feat = w_ih.axes
     k = w_hh.axes[1]
@@ -329,17 +432,18 @@ def _direction(
 
     others = [a for a in x.axes if a not in (s, feat)]
     fmt = w_hh.type.dtype if w_hh.type is not None else None
-    zero = ops.prim(Constant(0.0, (*others, h), dtype=fmt, name="zero_state"))
-    zeros = [zero() for _ in range(2 if kind == "lstm" else 1)]
+    if initial is None:
+        zero = ops.prim(Constant(0.0, (*others, h), dtype=fmt, name="zero_state"))
+        initial = [zero() for _ in STATES[kind]]
     run = scan(
         cell,
         over=s,
-        states=len(zeros),
+        states=len(initial),
         reverse=reverse,
         name=f"{kind}_reverse" if reverse else kind,
     )
-    y: Tensor = run(*zeros, gx)[-1]
-    return y
+    *finals, y = run(*initial, gx)
+    return y, list(finals)
 
 
 def _order(x: Tensor, axes: Sequence[Axis]) -> Tensor:

@@ -468,8 +468,11 @@ class Capture(ViewsMixin):
                 names[-2] = "seq"
         elif shape:
             names[-1] = "seq"
+        # dim 0 is the batch; a dim between it and the last two is batch-like only until an op
+        # names it (a conv's channels, a head): a weak hint, so the second capture at another
+        # batch changes dim 0 and not a conv net's channels
         self.dims[node.name] = [
-            self.axes.new(n, nm, 1 if nm != "features" else 0)
-            for n, nm in zip(shape, names, strict=True)
+            self.axes.new(n, nm, 0 if nm == "features" else 0.1 if 0 < i < len(shape) - 2 else 1)
+            for i, (n, nm) in enumerate(zip(shape, names, strict=True))
         ]
         self.ref[node.name] = node.name

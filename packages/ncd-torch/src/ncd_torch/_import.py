@@ -22,6 +22,7 @@ from ncd import ops, serialize, trace
 from ncd._term import Term
 from ncd.axis import ArrayType
 from ncd.errors import NcdError
+from ncd.op import Op
 from ncd_torch._capture import Capture, Record, _snake
 from ncd_torch._dtypes import to_numpy
 from ncd_torch._import_rules import TorchImportError
@@ -104,7 +105,8 @@ def _emit(
         rec = recs[pos]
         if len(rec.stack) <= depth:
             op = rec.op.substitute(c.final)
-            term = op if isinstance(op, Term) else ops.prim(op)  # a whole block (_import_rnn)
+            # a whole block or a pick of its outputs (_import_rnn), else one op
+            term = op if isinstance(op, Term) or not isinstance(op, Op) else ops.prim(op)
             env[rec.output] = term(*(env[k] for k in rec.inputs))
             pos += 1
             continue

@@ -310,7 +310,8 @@ def _batch_norm(c: Capture, node: Any) -> None:
     eval mode: the running statistics (buffers) are read as parameters of one ``BatchNorm``."""
     x, weight, bias, mean, var = node.args[:5]
     if _arg(node, 5, "training", False):
-        raise c.unsupported(node, "training-mode statistics (call module.eval() first)")
+        _batch_norm_train(c, node)
+        return
     if mean is None or var is None:
         raise c.unsupported(node, "no running statistics (track_running_stats=False)")
     key = c.plain(x)
@@ -333,6 +334,48 @@ def _batch_norm(c: Capture, node: Any) -> None:
     eps = float(_arg(node, 7, "eps", 1e-5))
     op = BatchNorm(c.axis(dims[1]), eps, "weight" in params, name=c.leaf(node) or "bn")
     c.op(node, op, [key], params, names=names)
+    c.set(node, list(dims), recorded=True)
+
+
+def _batch_norm_train(c: Capture, node: Any) -> None:
+    """Training mode: each channel normalised by the statistics of the batch (over dim 0 and
+    the spatial dims), then the affine weight and bias: ``ops.batch_norm(over=...)``'s ops.
+    The running statistics are not read in this mode; torch updates them in place, which the
+    imported model (a function of its inputs) does not: ``running=True`` in ncd gives them."""
+    x, weight, bias = node.args[:3]
+    key = c.plain(x)
+    dims = c.dims[key]
+    if len(dims) < 2 or not all(isinstance(d, int) for d in dims):
+        raise c.unsupported(node, "an input without its own batch, channel and spatial dims")
+    if (weight is None) != (bias is None):
+        raise c.unsupported(node, "a weight without a bias (or the reverse)")
+    ch, over = dims[1], [dims[0], *dims[2:]]
+    count = math.prod(c.axes.size[d] or 0 for d in over)
+    if count == 1:
+        raise c.unsupported(node, "one value per channel (torch refuses it too)")
+    ax = c.axis
+    c.axes.hint(ch, "channels", 0.3)
+    leaf = c.leaf(node) or "bn"
+    eps = float(_arg(node, 7, "eps", 1e-5))
+    norm = L.LayerNorm(tuple(ax(d) for d in over), eps, affine=False, name=leaf)
+    y = c.op(node, norm, [key], names=[])
+    c.dims[y] = list(dims)
+    _channel_affine(c, node, y, dims, ch, weight, bias, leaf)
+
+
+def _channel_affine(
+    c: Capture, node: Any, y: Any, dims: list[Any], ch: int, weight: Any, bias: Any, leaf: str
+) -> None:
+    """``y * weight[ch] + bias[ch]`` (either may be absent), the node's value."""
+    for fn, arg, init in (("mul", weight, "ones"), ("add", bias, "zeros")):
+        if arg is None:
+            continue
+        pname = "weight" if fn == "mul" else "bias"
+        array = c.param(arg)
+        p = c.op(node, Parameter((c.axis(ch),), init, param=pname, name=leaf), [], {pname: array})
+        c.dims[p] = [ch]
+        y = c.op(node, L.Binary(fn), [y, p], names=[])
+        c.dims[y] = list(dims)
     c.set(node, list(dims), recorded=True)
 
 
@@ -379,16 +422,7 @@ def _group_norm(c: Capture, node: Any) -> None:
     )
     y = c.op(node, merge, [y], names=[])
     c.dims[y] = list(dims)
-    for fn, arg, init in (("mul", weight, "ones"), ("add", bias, "zeros")):
-        if arg is None:
-            continue
-        pname = "weight" if fn == "mul" else "bias"
-        array = c.param(arg)
-        p = c.op(node, Parameter((ax(ch),), init, param=pname, name=leaf), [], {pname: array})
-        c.dims[p] = [ch]
-        y = c.op(node, L.Binary(fn), [y, p], names=[])
-        c.dims[y] = list(dims)
-    c.set(node, list(dims), recorded=True)
+    _channel_affine(c, node, y, dims, ch, weight, bias, leaf)
 
 
 @import_rule("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d", "aten.adaptive_avg_pool3d")

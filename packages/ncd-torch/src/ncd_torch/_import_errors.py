@@ -32,10 +32,11 @@ ADVICE: dict[str, str] = {
     "aten.adaptive_*": "adaptive average pooling imports where the output size divides the input "
     "(kernel = stride = input // output); adaptive max pooling and other sizes are not "
     "supported yet",
-    "aten.batch_norm": "batch norm imports in eval mode with running statistics (call "
-    "module.eval() before from_torch); training-mode statistics are not supported yet",
-    "aten._native_batch_norm_legit*": "batch norm imports in eval mode with running "
-    "statistics: call module.eval() before from_torch",
+    "aten.batch_norm": "batch norm imports in eval mode (running statistics) and in train "
+    "mode (batch statistics over [N, C, *spatial]; the running statistics are not updated by "
+    "the imported model: write ncd.ops.batch_norm(over=..., running=True) for that)",
+    "aten._native_batch_norm_legit*": "batch norm imports from torch.export's aten.batch_norm "
+    "(eval or train mode); this lower-level form does not",
     "aten.group_norm": "group norm imports over [N, C, *spatial] with groups dividing C",
     "aten.instance_norm": "instance norm imports without running statistics "
     "(track_running_stats=False, torch's default)",

@@ -5,8 +5,11 @@ export to. Each weight becomes a ``Parameter`` under its torch name and in its l
 over them: ``ncd.scan`` unrolled along the sequence, so the length is fixed at import (another
 length is another unrolling).
 
-Refused, each by name: an initial state other than zeros, dropout between layers while
-training, ``proj_size``, and reading the final states ``(h_n, c_n)``.
+The initial states ``(h_0, c_0)`` may be zeros (folded away) or values of the model (an
+input, a computed tensor) in torch's layout ``(layers * directions, batch, hidden)``; the final
+states ``(h_n, c_n)`` are read in the same layout (``RecurrentBlock(stack=...)``). Refused,
+each by name: an initial state that is a constant other than zeros, dropout between layers
+while training, and ``proj_size``.
 """
 
 from __future__ import annotations
@@ -47,6 +50,20 @@ class BlockRecord:
         return self.make(final)
 
 
+@attrs.frozen
+class PickRecord:
+    """A recorded op picking output ``k`` of the whole-term block recorded before it (the
+    layer's output, ``h_n`` or ``c_n``): ``_emit`` calls it on the block's tuple of values."""
+
+    k: int
+
+    def axes(self) -> tuple[Axis, ...]:
+        return ()
+
+    def substitute(self, final: Callable[[Axis], Axis]) -> Callable[[Any], Any]:
+        return operator.itemgetter(self.k)
+
+
 @import_rule("aten.lstm", "aten.gru", "aten.rnn_tanh", "aten.rnn_relu")
 def _recurrent(c: Capture, node: Any) -> None:
     import torch
@@ -58,10 +75,10 @@ def _recurrent(c: Capture, node: Any) -> None:
         raise c.unsupported(node, "a packed sequence (pass a padded tensor)")
     x_arg, hx, flat, has_biases, layers, dropout, train, both, first = args
     states = list(hx) if isinstance(hx, list | tuple) else [hx]
-    for h0 in states:
-        value = c.folded.get(getattr(h0, "name", ""))
-        if not isinstance(value, torch.Tensor) or bool(torch.count_nonzero(value)):
-            raise c.unsupported(node, "an initial state other than zeros (h0/c0 passed in)")
+    folded = [c.folded.get(getattr(h0, "name", "")) for h0 in states]
+    zeros = all(isinstance(v, torch.Tensor) and not torch.count_nonzero(v) for v in folded)
+    if not zeros and any(v is not None for v in folded):
+        raise c.unsupported(node, "an initial state that is a constant other than zeros")
     if train and float(dropout) > 0 and int(layers) > 1:
         raise c.unsupported(node, "dropout between layers while training (call module.eval())")
     x = c.plain(x_arg)
@@ -102,10 +119,15 @@ def _recurrent(c: Capture, node: Any) -> None:
                 )
                 keys.append(c.op(node, op, [], {f"{what}{tag}": array}))
     getitems = [u for u in node.users if u.target is operator.getitem]
-    if len(getitems) != len(node.users) or any(int(u.args[1]) and u.users for u in getitems):
-        raise c.unsupported(node, "reading the final states (h_n, c_n): only the output is")
+    if len(getitems) != len(node.users):
+        raise c.unsupported(node, "a use of the results other than indexing them")
+    finals = any(int(u.args[1]) and u.users for u in getitems)
     act = "relu" if aten == "aten.rnn_relu" else "tanh"
     s_ax, h_ax, out_ax = c.axis(seq), c.axis(h), c.axis(out)
+    batch = [dims[1 - si]] if len(dims) == 3 else []
+    stack = c.axes.new(n_layers * n_dirs, "layers", 2) if finals or not zeros else None
+    firsts = [] if zeros else [_state(c, node, v, stack, batch, h) for v in states]
+    stack_ax = None if stack is None else c.axis(stack)
 
     def make(final: Callable[[Axis], Axis]) -> Term:
         return RecurrentBlock(
@@ -117,12 +139,35 @@ def _recurrent(c: Capture, node: Any) -> None:
             hidden=final(h_ax),
             out=final(out_ax),
             act=act,
+            stack=None if stack_ax is None else final(stack_ax),
+            initial=not zeros,
         )
 
-    block = BlockRecord(make, (s_ax, h_ax, out_ax))
-    c.op(node, block, [x, *keys])  # type: ignore[arg-type]  # a whole term: _emit calls it
+    axes = (s_ax, h_ax, out_ax) if stack_ax is None else (s_ax, h_ax, out_ax, stack_ax)
+    block = c.op(node, BlockRecord(make, axes), [x, *firsts, *keys])  # type: ignore[arg-type]
     lead = dims[:-1]
     for u in getitems:
         c.done.add(u.name)
-        if int(u.args[1]) == 0:
-            c.set(u, [*lead, out], recorded=True)
+        k = int(u.args[1])
+        if stack_ax is None:  # one output: the block's value is the layer's output
+            if k == 0:
+                c.set(u, [*lead, out], recorded=True)
+            continue
+        if k and not u.users:
+            continue
+        c.op(u, PickRecord(k), [block], names=[])  # type: ignore[arg-type]
+        c.set(u, [*lead, out] if k == 0 else [stack, *batch, h], recorded=True)
+
+
+def _state(c: Capture, node: Any, arg: Any, stack: Any, batch: list[Any], h: Any) -> str:
+    """An initial state value ``(layers * directions, [batch,] hidden)``, its dims met with the
+    layer's."""
+    key = c.plain(arg)
+    dims = c.dims[key]
+    if len(dims) != 2 + len(batch) or any(not isinstance(d, int) for d in dims):
+        raise c.unsupported(node, "an initial state not laid out (layers, batch, hidden)")
+    for mine, theirs in zip(dims, [stack, *batch, h], strict=True):
+        if c.axes.size[mine] != c.axes.size[theirs]:
+            raise c.unsupported(node, "an initial state of another size than the layer's")
+        c.axes.union(mine, theirs)
+    return key

@@ -13,7 +13,7 @@ from ncd._term import Prim, Term, call_site
 from ncd.axis import Axis, AxisLike, show
 from ncd.errors import DefinitionError
 from ncd.op import OP_KINDS, Op, Param, Product, register_op
-from ncd.ops import _shape
+from ncd.ops import _norms, _shape
 from ncd.ops._reductions import (
     argmax,
     argmin,
@@ -817,11 +817,39 @@ def stack(axis: AxisLike, n: int, *, name: str = "") -> Term:
 
 
 def batch_norm(
-    axis: AxisLike = "c", *, eps: float = 1e-5, affine: bool = True, name: str = "bn"
+    axis: AxisLike = "c",
+    *,
+    eps: float = 1e-5,
+    affine: bool = True,
+    name: str = "bn",
+    over: AxisLike | Sequence[AxisLike] | None = None,
+    momentum: float = 0.1,
+    running: bool = False,
+    **sizes: AxisLike | int,
 ) -> Term:
-    """Batch norm in eval form over the channel axis: ``(x - running_mean) / sqrt(running_var
-    + eps) * weight + bias``, parameters named as PyTorch's ``BatchNorm1d/2d``."""
-    return prim(BatchNorm(_Names({}).axis(axis), eps, affine, name=name))
+    """Batch norm over the channel axis, parameters named as PyTorch's ``BatchNorm1d/2d/3d``.
+
+    Eval form (``over`` not given): ``(x - running_mean) / sqrt(running_var + eps) * weight +
+    bias``, elementwise, so it fuses into the kernel before it. Training form (``over``: the
+    batch and spatial axes, e.g. ``over="batch h w"``): each channel normalised by the mean and
+    biased variance over ``over``, then ``weight`` and ``bias``, as torch's ``train()`` mode;
+    ``running=True`` adds two outputs, the running statistics moved by ``momentum`` towards the
+    batch's (``(1 - momentum) * running_mean + momentum * mean``, the variance unbiased), for
+    the training loop to store. The running statistics are buffers: ``ncd.grad`` gives them no
+    gradient."""
+    names = _Names(sizes)
+    channels = names.axis(axis)
+    if over is None:
+        return prim(BatchNorm(channels, eps, affine, name=name))
+    return _norms.batch_norm_train(
+        channels,
+        names.axes(over),
+        eps=eps,
+        affine=affine,
+        momentum=momentum,
+        running=running,
+        name=name,
+    )
 
 
 def _draw(

@@ -63,9 +63,16 @@ def var(axis: AxisLike, *, correction: int = 1, name: str = "") -> Term:
             f"var over {a.describe()}: correction {correction} is larger than the axis "
             f"({a.size} elements). Fix: pass a correction of at most {a.size} (0 or 1)."
         )
-    centred = _typed(a) >> copy(2) >> (identity(1) @ _p(Reduce("mean", (a,)))) >> _p(Binary("sub"))
-    squares = copy(2) >> _p(Binary("mul")) >> _p(Reduce("sum", (a,)))
-    count = _p(Constant(1.0, (a,))) >> _p(Reduce("sum", (a,)))
+    return _typed(a) >> variance((a,), correction, name)
+
+
+def variance(axes: tuple[Axis, ...], correction: int, name: str = "") -> Term:
+    """``sum((x - mean)^2) / (n - correction)`` over ``axes`` together (``n`` the product of
+    their sizes, counted at run time, so free sizes work): ``var``'s two passes, over several
+    axes at once (a batch norm's statistics over batch and space)."""
+    centred = copy(2) >> (identity(1) @ _p(Reduce("mean", axes))) >> _p(Binary("sub"))
+    squares = copy(2) >> _p(Binary("mul")) >> _p(Reduce("sum", axes))
+    count = _p(Constant(1.0, axes)) >> _p(Reduce("sum", axes))
     if correction:
         count = count >> _p(Scalar("sub", float(correction)))
     return centred >> squares >> (identity(1) @ count) >> _p(Binary("div", name=name))

@@ -40,8 +40,8 @@ class BatchNorm(Op):
 
     def params(self) -> tuple[Param, ...]:
         stats = (
-            Param("running_mean", (self.axis,), "zeros"),
-            Param("running_var", (self.axis,), "ones"),
+            Param("running_mean", (self.axis,), "zeros", buffer=True),
+            Param("running_var", (self.axis,), "ones", buffer=True),
         )
         if not self.affine:
             return stats

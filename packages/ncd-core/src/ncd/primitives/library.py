@@ -654,9 +654,10 @@ class Parameter(Learned):
     #: the weight and the bias of one op share its parameter path (see ``Builder._path``)
     shares_path: ClassVar[bool] = True
     param: str = attrs.field(default="weight", validator=_param_name)
+    buffer: bool = flag_field(False)  # a state array (running statistics): read, not learned
 
     def params(self) -> tuple[Param, ...]:
-        return (Param(self.param, self.axes_, self.init),)
+        return (Param(self.param, self.axes_, self.init, buffer=self.buffer),)
 
     @property
     def label(self) -> str:
