@@ -102,6 +102,7 @@ class Capture(ViewsMixin):
         self.extra_scopes: list[Scope] = []
         self._placeholders: dict[int, Axis] = {}
         self._count = 0
+        self.draws = 0  # random ops imported so far: the next one's seed
         self._pending: list[str] = []
         self.done: set[str] = set()
         #: axis variables whose size the graph depends on beyond what it records (a slice

@@ -1073,6 +1073,64 @@ def _additive_mask(c: Capture, node: Any, a: Any, b: Any) -> bool:
     return True
 
 
+#: torch's random factories and their draws: (distribution, low/mean, high/std)
+_RANDOM = {
+    "aten.rand": ("uniform", 0.0, 1.0),
+    "aten.rand_like": ("uniform", 0.0, 1.0),
+    "aten.randn": ("normal", 0.0, 1.0),
+    "aten.randn_like": ("normal", 0.0, 1.0),
+}
+
+
+def _draw_seed(c: Capture) -> int:
+    """A seed per random op of the import, in graph order: each draw its own stream."""
+    c.draws += 1
+    return c.draws - 1
+
+
+@import_rule(*_RANDOM)
+def _random(c: Capture, node: Any) -> None:
+    """``torch.rand``/``randn`` (a size) and ``rand_like``/``randn_like`` (an activation's
+    axes): ``ops.uniform``/``ops.normal`` of ncd's counter-based generator, seeded by the
+    draw's place in the graph. Same distribution, other numbers than torch's generator: every
+    ncd backend draws the same ones, torch's global state is not read."""
+    dist, a, b = _RANDOM[c.aten(node)]
+    if not c.dtype(node).startswith(("float", "bf")):
+        raise c.unsupported(node, f"a {c.dtype(node)} draw (floats only)")
+    if c.aten(node).endswith("_like"):
+        x = c.plain(node.args[0])
+        dims = list(c.dims[x])
+    else:
+        size = node.args[0]
+        if not isinstance(size, list | tuple) or not all(isinstance(n, int) for n in size):
+            raise c.unsupported(node, "a size that is not a list of ints")
+        dims = [c.axes.new(int(n), "dim", 0) if n != 1 else None for n in size]
+    axes = tuple(c.axis(v) for v in c._vars(dims))
+    c.op(node, L.Random(axes, dist, _draw_seed(c), a, b, name=dist), [])
+    c.set(node, dims)
+
+
+@import_rule("aten.bernoulli")
+def _bernoulli(c: Capture, node: Any) -> None:
+    """``torch.bernoulli(p)`` (a tensor of probabilities) and ``x.bernoulli(p)`` (a float):
+    1.0 where a uniform draw of ncd's generator is below ``p``, else 0.0 (see ``_random``)."""
+    x = c.plain(node.args[0])
+    dims = list(c.dims[x])
+    axes = tuple(c.axis(v) for v in c._vars(dims))
+    p = node.args[1] if len(node.args) > 1 else node.kwargs.get("p")
+    seed = _draw_seed(c)
+    if isinstance(p, int | float) and not isinstance(p, bool):
+        c.op(node, L.Random(axes, "bernoulli", seed, float(p), 0.0, name="bernoulli"), [])
+        c.set(node, dims)
+        return
+    if p is not None:
+        raise c.unsupported(node, "a probability that is neither a float nor the input")
+    u = c.op(node, L.Random(axes, "uniform", seed, 0.0, 1.0, name="bernoulli"), [])
+    c.dims[u] = dims
+    c.op(node, L.Binary("lt"), [u, x])
+    c.set(node, dims)
+
+
 import ncd_torch._import_conv  # noqa: E402, F401  (registers the conv and pooling rules)
 
 # registers slice, cat and rotary (llama), select, index, index_select and gather (index), and
