@@ -146,3 +146,33 @@ def test_bad_training_forms_are_refused_by_name() -> None:
         ops.batch_norm(ch, over=(b, Axis("h", size=1)), running=True)
     with pytest.raises(SizeError, match="needs a size"):
         ops.batch_norm(Axis("c"), over=(b,))
+
+
+def test_running_statistics_need_no_seed_and_carry_no_gradient() -> None:
+    """The updated statistics pass through ``stop_gradient``: ``ncd.grad`` seeds the scalar
+    loss only, and the gradients equal the model's without them."""
+    ch, _, over = _axes(4, 3, (5,))
+    every = [over[0], ch, over[1]]
+    loss = ops.sum(every)
+    with_stats = ops.batch_norm(ch, over=over, running=True) >> (loss @ ncd.identity(2))
+    plain = ops.batch_norm(ch, over=over) >> ops.sum(every)
+    x = np.random.default_rng(5).standard_normal((4, 3, 5)) ** 3
+    ps = _params(3)
+    (value, mean, var), grads = ncd.run(ncd.grad(with_stats, ["bn.weight", 0]), x, params=ps)
+    want_value, want = ncd.run(
+        ncd.grad(plain, ["bn.weight", 0]), x, params={k: ps[k] for k in ("bn.weight", "bn.bias")}
+    )
+    np.testing.assert_allclose(value, want_value, atol=1e-12)
+    for k in ("bn.weight", 0):
+        np.testing.assert_allclose(grads[k], want[k], atol=1e-12)
+    assert mean.shape == var.shape == (3,)
+
+
+def test_stop_gradient_is_the_identity_with_no_gradient() -> None:
+    a = Axis("a", size=7)
+    model = ncd.identity([a]) >> ops.square() >> ops.stop_gradient() >> ops.sum(a)
+    both = ncd.identity([a]) >> ncd.copy(2) >> (ops.square() @ model) >> ops.add() >> ops.sum(a)
+    x = np.arange(7.0) - 3
+    np.testing.assert_allclose(ncd.run(model, x), (x**2).sum())
+    _, (dx,) = ncd.run(ncd.grad(both, "inputs"), x)
+    np.testing.assert_allclose(dx, 2 * x)  # the stopped branch adds nothing

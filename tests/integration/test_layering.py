@@ -36,6 +36,7 @@ FRONT_END = {
     "ops/__init__.py",
     "ops/_reductions.py",  # logsumexp, var/std, argmax, cumsum built from ops
     "ops/_shape.py",  # flip, roll, edge pads, tile, repeat_interleave, stack from ops
+    "ops/_norms.py",  # batch norm's training form from a layernorm, parameters and reductions
     "conv.py",  # nn.conv1d/conv2d and pooling built from windows and einsums
     "scan.py",  # ncd.scan: a cell term repeated along an axis
     "rnn.py",  # nn.rnn/gru/lstm built from scans, einsums and parameters

@@ -452,7 +452,7 @@ def test_an_lstm_fed_its_own_state_gives_one_short_error():
         from_torch(Seeded().eval(), (torch.randint(0, 20, (2, 5)),))
     message = str(info.value)
     assert len(message.splitlines()) <= 5
-    assert "lstm (LSTM)" in message and "an initial state other than zeros" in message
+    assert "lstm (LSTM)" in message and "a constant other than zeros" in message
     assert [p.op for p in info.value.problems] == ["aten.lstm"]
 
 

@@ -125,7 +125,9 @@ class Tape:
     def emit(self, op: Op, ins: Sequence[int]) -> list[int]:
         """Append one node; an op with parameters gets the current node's parameter path."""
         outs = [int(o) for o in self.b.apply(op, list(ins), _SITE)]
-        live = any(v in self.active for v in ins)
+        # a stop_gradient's output depends on no variable, so no backward reaches through it
+        stopped = isinstance(op, L.Unary) and op.fn == "stop_gradient"
+        live = not stopped and any(v in self.active for v in ins)
         if op.params():
             self.b.nodes[-1] = attrs.evolve(self.b.nodes[-1], path=self.path)
             for name, p in self.b.nodes[-1].params():
@@ -673,8 +675,8 @@ def _activation(
 def _unary(t: Tape, op: L.Unary, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     if op.fn == "neg":
         return [t.u("neg", cts[0])]
-    if op.fn in L.STEP_FNS:
-        return [None]  # flat wherever it has a derivative
+    if op.fn in L.STEP_FNS or op.fn == "stop_gradient":
+        return [None]  # flat wherever it has a derivative; stop_gradient: by definition
     return [t.bin("mul", cts[0], _unary_slope(t, op.fn, xs[0], ys[0]))]
 
 
@@ -1085,6 +1087,8 @@ def grad(
             hole = t.b.new_slot()
             seed_slots.append(hole)
             ct.setdefault(v, []).append(t.b.materialise(hole, t.b.values[v]))
+        elif v not in t.active:
+            continue  # no variable reaches it (a stop_gradient's): its gradient is zero
         elif t.axes(v):
             raise SeedError(
                 f"ncd.grad: output {outputs.index(v)} has axes "

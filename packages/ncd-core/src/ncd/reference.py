@@ -113,6 +113,7 @@ UNARY: dict[str, Callable[[Array], Array]] = {
     "softsign": lambda x: x / (1 + np.abs(x)),
     "logsigmoid": lambda x: np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x))),
     "relu6": lambda x: np.minimum(np.maximum(x, 0), 6),
+    "stop_gradient": lambda x: x,
 }
 
 

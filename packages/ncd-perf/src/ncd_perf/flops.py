@@ -77,6 +77,8 @@ def _linear(op: L.Linear, node: Node, size: Size) -> dict[str, sp.Expr]:
 
 @rule(L.Unary)
 def _unary(op: L.Unary, node: Node, size: Size) -> dict[str, sp.Expr]:
+    if op.fn == "stop_gradient":
+        return {}  # the value as it is: no arithmetic
     return {_kind(op.fn): _out(node, size)}
 
 

@@ -134,7 +134,7 @@ LOGIC = {
     "aten.__and__": "mul",
     "aten.__or__": "max",
 }
-ALIASES = ("aten.contiguous", "aten.clone", "aten.alias", "aten.detach", "aten.lift_fresh_copy")
+ALIASES = ("aten.contiguous", "aten.clone", "aten.alias", "aten.lift_fresh_copy")
 #: ops that read a size-1 broadcast dim (None in ``Capture.dims``) correctly: elementwise ones
 #: and the ones that only move or drop dims
 SIZE1_SAFE = {
@@ -144,6 +144,7 @@ SIZE1_SAFE = {
     *ARITH,
     *LOGIC,
     *ALIASES,
+    "aten.detach",
     "aten.gelu",
     "aten.dropout",
     "aten.to",
@@ -268,6 +269,19 @@ def _reads_as_condition(c: Capture, user: Any, node: Any) -> bool:
 @import_rule(*ALIASES)
 def _alias(c: Capture, node: Any) -> None:
     c.alias(node, node.args[0])
+
+
+@import_rule("aten.detach")
+def _detach(c: Capture, node: Any) -> None:
+    """``x.detach()``: the same value with no gradient through it (``ops.stop_gradient``), so
+    ``ncd.grad`` of an import is torch's (a straight-through estimator, a target network's
+    output); a detached integer or bool value is the value itself."""
+    if not c.dtype(node.args[0]).startswith(("float", "bf")):
+        c.alias(node, node.args[0])
+        return
+    x = c.plain(node.args[0])
+    c.op(node, L.Unary("stop_gradient"), [x])
+    c.set(node, list(c.dims[x]))
 
 
 @import_rule("aten.zeros_like", "aten.ones_like", "aten.full_like")

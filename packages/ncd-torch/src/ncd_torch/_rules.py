@@ -82,6 +82,7 @@ UNARY: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "softsign": (F.softsign, {}),
     "logsigmoid": (F.logsigmoid, {}),
     "relu6": (F.relu6, {}),
+    "stop_gradient": (torch.detach, {}),
 }
 BINARY: dict[str, Callable[..., Any]] = {
     "add": operator.add,

@@ -115,6 +115,7 @@ UNARY_C: dict[str, F] = {
         g.call("fmin", x, g.lit(0.0)) - g.call("log1p", g.call("exp", -g.call("fabs", x)))
     ),
     "relu6": lambda g, x: _relu6(g, x),
+    "stop_gradient": lambda g, x: x,
 }
 B = Callable[[KernelGen, Expr, Expr], Expr]
 BINARY_C: dict[str, B] = {

@@ -185,6 +185,7 @@ __all__ = [
     "sqrt",
     "square",
     "stack",
+    "stop_gradient",
     "std",
     "sub",
     "sum",
@@ -386,6 +387,8 @@ hardsigmoid = _unary_ctor("hardsigmoid")
 softsign = _unary_ctor("softsign")
 logsigmoid = _unary_ctor("logsigmoid")
 relu6 = _unary_ctor("relu6")
+#: the value as it is, with no gradient through it (``x.detach()``, ``jax.lax.stop_gradient``)
+stop_gradient = _unary_ctor("stop_gradient")
 
 
 def leaky_relu(negative_slope: float = 0.01, *, name: str = "") -> Term:

@@ -7,7 +7,9 @@ variance of the batch (over the batch and spatial axes), then applies the affine
 is a ``LayerNorm`` over those axes lifted over the channels, and the running statistics are a
 second and third output computed from the same input, so every interpretation (reference, torch
 export, OpenCL, CUDA, FLOPs, diagram, JSON, gradient) applies unchanged. The running statistics
-are buffers: read and written by the model, never given a gradient.
+are buffers: read and written by the model, never given a gradient, and their new values pass
+through ``stop_gradient`` (torch updates them under ``no_grad``), so ``ncd.grad`` of a model
+with ``running=True`` needs seeds for its loss only.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from ncd._term import Term, copy, identity
 from ncd.axis import Axis, show
 from ncd.errors import DefinitionError, SizeError
 from ncd.ops._reductions import _p, variance
-from ncd.primitives.library import Binary, LayerNorm, Parameter, Reduce, Scalar, View
+from ncd.primitives.library import Binary, LayerNorm, Parameter, Reduce, Scalar, Unary, View
 
 __all__ = ["batch_norm_train"]
 
@@ -87,7 +89,8 @@ def batch_norm_train(
 
     def blend(batch: Term, buffer: str, init: str) -> Term:
         old = _channel(channels, init, buffer, name, buffer=True) >> _p(Scalar("mul", 1.0 - m))
-        return ((batch >> _p(Scalar("mul", m))) @ old) >> _p(Binary("add"))
+        new = ((batch >> _p(Scalar("mul", m))) @ old) >> _p(Binary("add"))
+        return new >> _p(Unary("stop_gradient"))  # torch updates them under no_grad
 
     mean = blend(_p(Reduce("mean", over)), "running_mean", "zeros")
     var = blend(variance(over, 1), "running_var", "ones")

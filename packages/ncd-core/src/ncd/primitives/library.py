@@ -98,6 +98,8 @@ UNARY_FNS = (
     "softsign",
     "logsigmoid",
     "relu6",
+    # the identity whose gradient is zero: torch's detach, JAX's stop_gradient
+    "stop_gradient",
 )
 #: SELU's constants (Klambauer et al. 2017), torch's digits
 SELU_ALPHA = 1.6732632423543772848170429916717
