@@ -441,18 +441,32 @@ def test_an_lstm_tagger_imports_and_matches_torch():
     np.testing.assert_allclose(ncd.run(model, ids.numpy(), params=params), want, atol=1e-5)
 
 
-def test_an_lstm_fed_its_own_state_gives_one_short_error():
+def test_an_lstm_fed_a_constant_state_imports_and_one_of_several_values_is_refused():
     class Seeded(Tagger):
+        def __init__(self, varied: bool) -> None:
+            super().__init__()
+            self.varied = varied
+
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             h0 = torch.ones(1, ids.shape[0], 16)
-            out, _ = self.lstm(self.emb(ids), (h0, h0))
+            if self.varied:
+                h0 = torch.arange(16.0).expand(1, ids.shape[0], 16)
+            out, _ = self.lstm(self.emb(ids), (h0, 0.5 * h0))
             return self.head(out)
 
+    torch.manual_seed(2)
+    ids = torch.randint(0, 20, (2, 5))
+    with _quiet():
+        module = Seeded(False).eval()
+        model, params = from_torch(module, (ids,))
+    with torch.no_grad():
+        want = module(ids).numpy()
+    np.testing.assert_allclose(ncd.run(model, ids.numpy(), params=params), want, atol=1e-5)
     with _quiet(), pytest.raises(TorchImportError) as info:
-        from_torch(Seeded().eval(), (torch.randint(0, 20, (2, 5)),))
+        from_torch(Seeded(True).eval(), (ids,))
     message = str(info.value)
     assert len(message.splitlines()) <= 5
-    assert "lstm (LSTM)" in message and "a constant other than zeros" in message
+    assert "lstm (LSTM)" in message and "several values" in message
     assert [p.op for p in info.value.problems] == ["aten.lstm"]
 
 

@@ -179,7 +179,7 @@ class _States(tnn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.how == "h0":
-            h0 = torch.ones(1, 2, 4)
+            h0 = torch.arange(4.0).expand(1, 2, 4)
             return self.rnn(x, (h0, h0))[0]  # type: ignore[no-any-return]
         return self.rnn(x)[0]  # type: ignore[no-any-return]
 
@@ -187,12 +187,13 @@ class _States(tnn.Module):
 @pytest.mark.parametrize(
     ("how", "words"),
     [
-        ("h0", "a constant other than zeros"),
+        ("h0", "a constant tensor of several values"),
         ("proj", "proj_size"),
     ],
 )
 def test_what_does_not_import_is_named(how: str, words: str) -> None:
-    # a constant initial state other than zeros: a model input or a computed one imports
+    # a constant initial state of several values (one value throughout, or a model value,
+    # imports)
     with pytest.raises(ncd_torch.TorchImportError, match=words):
         ncd_torch.from_torch(_States(how).eval(), (torch.randn(7, 2, 3),))
 

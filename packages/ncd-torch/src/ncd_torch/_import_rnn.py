@@ -7,9 +7,10 @@ length is another unrolling).
 
 The initial states ``(h_0, c_0)`` may be zeros (folded away) or values of the model (an
 input, a computed tensor) in torch's layout ``(layers * directions, batch, hidden)``; the final
-states ``(h_n, c_n)`` are read in the same layout (``RecurrentBlock(stack=...)``). Refused,
-each by name: an initial state that is a constant other than zeros, dropout between layers
-while training, and ``proj_size``.
+states ``(h_n, c_n)`` are read in the same layout (``RecurrentBlock(stack=...)``); a constant
+initial state of one value throughout (``torch.ones``, a fill) is an ``ops.constant``. Refused,
+each by name: a constant initial state of several values, dropout between layers while
+training, and ``proj_size``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import attrs
 
 from ncd._term import Term
 from ncd.axis import Axis
-from ncd.primitives.library import Parameter
+from ncd.primitives.library import Constant, Parameter
 from ncd.rnn import GATES, RecurrentBlock
 from ncd_torch._import_rules import import_rule
 
@@ -77,8 +78,16 @@ def _recurrent(c: Capture, node: Any) -> None:
     states = list(hx) if isinstance(hx, list | tuple) else [hx]
     folded = [c.folded.get(getattr(h0, "name", "")) for h0 in states]
     zeros = all(isinstance(v, torch.Tensor) and not torch.count_nonzero(v) for v in folded)
-    if not zeros and any(v is not None for v in folded):
-        raise c.unsupported(node, "an initial state that is a constant other than zeros")
+    for v in folded:  # a constant state other than zeros must be one value throughout
+        if (
+            not zeros
+            and isinstance(v, torch.Tensor)
+            and v.numel()
+            and bool((v != v.flatten()[0]).any())
+        ):
+            raise c.unsupported(
+                node, "an initial state that is a constant tensor of several values"
+            )
     if train and float(dropout) > 0 and int(layers) > 1:
         raise c.unsupported(node, "dropout between layers while training (call module.eval())")
     x = c.plain(x_arg)
@@ -161,7 +170,16 @@ def _recurrent(c: Capture, node: Any) -> None:
 
 def _state(c: Capture, node: Any, arg: Any, stack: Any, batch: list[Any], h: Any) -> str:
     """An initial state value ``(layers * directions, [batch,] hidden)``, its dims met with the
-    layer's."""
+    layer's; a constant one (``torch.ones(...)``, a fill) is an ``ops.constant`` over them."""
+    value = c.folded.get(getattr(arg, "name", ""))
+    if value is not None:
+        axes = tuple(c.axis(v) for v in (stack, *batch, h))
+        fill = float(value.flatten()[0]) if value.numel() else 0.0
+        key = c.op(node, Constant(fill, axes, name="initial_state"), [], names=[])
+        c.dims[key] = [stack, *batch, h]
+        if tuple(value.shape) != tuple(c.axes.size[v] for v in (stack, *batch, h)):
+            raise c.unsupported(node, "an initial state not laid out (layers, batch, hidden)")
+        return key
     key = c.plain(arg)
     dims = c.dims[key]
     if len(dims) != 2 + len(batch) or any(not isinstance(d, int) for d in dims):
