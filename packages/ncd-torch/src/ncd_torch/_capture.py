@@ -23,6 +23,7 @@ from ncd.dtypes import dtype as to_dtype
 from ncd.dtypes import float32
 from ncd.errors import NcdError
 from ncd.op import Op
+from ncd.primitives.library import Parameter, View
 from ncd_torch._capture_views import ViewsMixin
 from ncd_torch._dtypes import to_numpy
 from ncd_torch._import_axes import AxisTable, Grouped
@@ -103,6 +104,8 @@ class Capture(ViewsMixin):
         self._placeholders: dict[int, Axis] = {}
         self._count = 0
         self.draws = 0  # random ops imported so far: the next one's seed
+        #: torch name -> the record (its key and op) of the parameter source that read it first
+        self.sources: dict[str, tuple[str, Parameter]] = {}
         self._pending: list[str] = []
         self.done: set[str] = set()
         #: axis variables whose size the graph depends on beyond what it records (a slice
@@ -336,8 +339,16 @@ class Capture(ViewsMixin):
     ) -> str:
         pending = self.take_pending()
         names = pending if names is None else names
+        if isinstance(op, Parameter) and not inputs and len(names) == 1:
+            first = self.sources.get(names[0])
+            if first is not None:  # a module called again: the one parameter, read again
+                key, op0 = first
+                parts = tuple((a,) for a in op0.axes_)
+                return self._record(node, View(op0.axes_, op.axes_, parts, parts), [key], {})
         named = {k: (v, n) for (k, v), n in zip((params or {}).items(), names, strict=True)}
         out = self._record(node, op, inputs, named)
+        if isinstance(op, Parameter) and not inputs and len(names) == 1:
+            self.sources[names[0]] = (out, op)
         if extra:
             self.axes.meet(extra)
         return out
