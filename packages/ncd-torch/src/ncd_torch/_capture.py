@@ -339,16 +339,15 @@ class Capture(ViewsMixin):
     ) -> str:
         pending = self.take_pending()
         names = pending if names is None else names
-        if isinstance(op, Parameter) and not inputs and len(names) == 1:
-            first = self.sources.get(names[0])
-            if first is not None:  # a module called again: the one parameter, read again
-                key, op0 = first
-                parts = tuple((a,) for a in op0.axes_)
-                return self._record(node, View(op0.axes_, op.axes_, parts, parts), [key], {})
+        source = op if isinstance(op, Parameter) and not inputs and len(names) == 1 else None
+        if source is not None and names[0] in self.sources:
+            key, first = self.sources[names[0]]  # a module called again: its one parameter
+            parts = tuple((a,) for a in first.axes_)
+            return self._record(node, View(first.axes_, source.axes_, parts, parts), [key], {})
         named = {k: (v, n) for (k, v), n in zip((params or {}).items(), names, strict=True)}
         out = self._record(node, op, inputs, named)
-        if isinstance(op, Parameter) and not inputs and len(names) == 1:
-            self.sources[names[0]] = (out, op)
+        if source is not None:
+            self.sources[names[0]] = (out, source)
         if extra:
             self.axes.meet(extra)
         return out

@@ -40,13 +40,14 @@ ADVICE: dict[str, str] = {
     "aten.group_norm": "group norm imports over [N, C, *spatial] with groups dividing C",
     "aten.instance_norm": "instance norm imports without running statistics "
     "(track_running_stats=False, torch's default)",
-    "aten.lstm": "nn.LSTM imports with (h_0, c_0) zeros or model values (an input, a computed "
-    "tensor) and (h_n, c_n) read, without proj_size or training-mode dropout between layers: "
-    "pass hx as an input rather than a constant, call module.eval()",
-    "aten.gru": "nn.GRU imports with h_0 zeros or a model value and h_n read; a constant "
-    "h_0 other than zeros does not: pass it as an input",
-    "aten.rnn_*": "nn.RNN imports with h_0 zeros or a model value and h_n read; a constant "
-    "h_0 other than zeros does not: pass it as an input",
+    "aten.lstm": "nn.LSTM imports with (h_0, c_0) model values (an input, a computed tensor) or "
+    "constants of one value throughout, and (h_n, c_n) read, without proj_size or "
+    "training-mode dropout between layers: pass a constant of several values as an input, "
+    "call module.eval()",
+    "aten.gru": "nn.GRU imports with h_0 a model value or a constant of one value throughout, "
+    "and h_n read; a constant of several values does not: pass it as an input",
+    "aten.rnn_*": "nn.RNN imports with h_0 a model value or a constant of one value "
+    "throughout, and h_n read; a constant of several values does not: pass it as an input",
     "aten.cat": "concatenation imports for activations along one dim (ops.concat); a constant "
     "operand other than a uniform one does not",
     "aten.stack": "stack imports for tensors of one rank along a new dim (ops.concat of "

@@ -78,16 +78,6 @@ def _recurrent(c: Capture, node: Any) -> None:
     states = list(hx) if isinstance(hx, list | tuple) else [hx]
     folded = [c.folded.get(getattr(h0, "name", "")) for h0 in states]
     zeros = all(isinstance(v, torch.Tensor) and not torch.count_nonzero(v) for v in folded)
-    for v in folded:  # a constant state other than zeros must be one value throughout
-        if (
-            not zeros
-            and isinstance(v, torch.Tensor)
-            and v.numel()
-            and bool((v != v.flatten()[0]).any())
-        ):
-            raise c.unsupported(
-                node, "an initial state that is a constant tensor of several values"
-            )
     if train and float(dropout) > 0 and int(layers) > 1:
         raise c.unsupported(node, "dropout between layers while training (call module.eval())")
     x = c.plain(x_arg)
@@ -173,12 +163,16 @@ def _state(c: Capture, node: Any, arg: Any, stack: Any, batch: list[Any], h: Any
     layer's; a constant one (``torch.ones(...)``, a fill) is an ``ops.constant`` over them."""
     value = c.folded.get(getattr(arg, "name", ""))
     if value is not None:
+        if value.numel() and bool((value != value.flatten()[0]).any()):
+            raise c.unsupported(
+                node, "an initial state that is a constant tensor of several values"
+            )
+        if tuple(value.shape) != tuple(c.axes.size[v] for v in (stack, *batch, h)):
+            raise c.unsupported(node, "an initial state not laid out (layers, batch, hidden)")
         axes = tuple(c.axis(v) for v in (stack, *batch, h))
         fill = float(value.flatten()[0]) if value.numel() else 0.0
         key = c.op(node, Constant(fill, axes, name="initial_state"), [], names=[])
         c.dims[key] = [stack, *batch, h]
-        if tuple(value.shape) != tuple(c.axes.size[v] for v in (stack, *batch, h)):
-            raise c.unsupported(node, "an initial state not laid out (layers, batch, hidden)")
         return key
     key = c.plain(arg)
     dims = c.dims[key]

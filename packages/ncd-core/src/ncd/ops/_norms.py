@@ -14,6 +14,8 @@ with ``running=True`` needs seeds for its loss only.
 
 from __future__ import annotations
 
+import math
+
 from ncd._term import Term, copy, identity
 from ncd.axis import Axis, show
 from ncd.errors import DefinitionError, SizeError
@@ -43,9 +45,7 @@ def _check(channels: Axis, over: tuple[Axis, ...], momentum: float, running: boo
         )
     sizes = [a.size for a in over]
     if running and all(isinstance(n, int) for n in sizes):
-        count = 1
-        for n in sizes:
-            count *= n  # type: ignore[operator]
+        count = math.prod(n for n in sizes if isinstance(n, int))
         if count < 2:
             raise SizeError(
                 f"batch_norm over {', '.join(a.describe() for a in over)}: {count} value per "
