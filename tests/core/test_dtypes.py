@@ -256,16 +256,52 @@ def test_int_to_float_and_widening_int_casts():
     assert got.dtype == np.int64 and list(got) == [0, 3, -7]
 
 
-def test_float_to_int_narrowing_and_bool_casts_are_refused():
+def test_float_to_int_truncates_and_saturates_and_bool_is_nonzero():
     (s,) = ncd.axes("s")
-    with pytest.raises(ncd.DTypeError, match=r"converts to int64, and a float has no exact"):
-        (ncd.identity(ncd.ArrayType((s,))) >> ops.cast(ncd.int64)).graph
+    x = np.array([2.9, -2.9, 0.5, -0.0, np.nan, np.inf, -np.inf, 3e19, -3e19, 7.0], np.float32)
+    to64 = ncd.run(ncd.identity(ncd.ArrayType((s,))) >> ops.cast(ncd.int64), x)
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    assert to64.dtype == np.int64
+    assert list(to64) == [2, -2, 0, 0, 0, big, small, big, small, 7]
+    to32 = ncd.run(ncd.identity(ncd.ArrayType((s,))) >> ops.cast(ncd.int32), x)
+    assert to32.dtype == np.int32 and list(to32[[0, 5, 7, 8]]) == [
+        2,
+        2**31 - 1,
+        2**31 - 1,
+        -(2**31),
+    ]
+    as_bool = ncd.run(ncd.identity(ncd.ArrayType((s,))) >> ops.cast(ncd.bool), x)
+    assert as_bool.dtype == np.bool_ and list(as_bool) == [True] * 3 + [False] + [True] * 6
+
+
+def test_narrowing_int_casts_are_refused():
+    (s,) = ncd.axes("s")
     with pytest.raises(ncd.DTypeError, match="narrower than int64"):
         (ncd.identity(ncd.ArrayType((s,), "int64")) >> ops.cast(ncd.int32)).graph
-    with pytest.raises(ncd.DTypeError, match="cast to bool"):
-        ops.cast(ncd.bool)
     with pytest.raises(ncd.DTypeError, match="must be a float format"):
         ops.exp().cast(ncd.int32)
+
+
+def test_comparisons_and_logic_give_bool_wires_that_count_as_zero_or_one():
+    (s,) = ncd.axes("s")
+    a = np.array([1.0, np.nan, -2.0, 0.0, 3.0], np.float32)
+    b = np.array([1.0, 1.0, 5.0, 0.0, np.nan], np.float32)
+    pair = [ncd.ArrayType((s,)), ncd.ArrayType((s,))]
+    for fn, want in (("lt", np.less), ("ge", np.greater_equal), ("ne", np.not_equal)):
+        m = ncd.identity(*pair) >> getattr(ops, fn)()
+        assert m.graph.values[m.graph.outputs[0]].dtype == ncd.bool
+        got = ncd.run(m, a, b)
+        assert got.dtype == np.bool_ and list(got) == list(want(a, b))
+    for fn in ("logical_and", "logical_or", "logical_xor"):
+        got = ncd.run(ncd.identity(*pair) >> getattr(ops, fn)(), a, b)
+        assert got.dtype == np.bool_ and list(got) == list(getattr(np, fn)(a, b)), fn
+    nots = ncd.run(ncd.identity(ncd.ArrayType((s,))) >> ops.logical_not(), a)
+    assert list(nots) == [False, False, False, True, False]
+    # a bool in arithmetic is 0.0 / 1.0 (torch's promotion), in the other input's format
+    masked = ncd.identity(*pair) >> (ops.gt(0.5) @ ncd.identity(1)) >> ops.mul()
+    y = ncd.run(masked, a, b)
+    assert masked.graph.values[masked.graph.outputs[0]].dtype == ncd.float32
+    np.testing.assert_array_equal(y, (a > 0.5).astype(np.float32) * b)
 
 
 # -- formats meet only at a cast ---------------------------------------------------------------

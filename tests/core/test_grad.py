@@ -13,6 +13,7 @@ import pytest
 
 import ncd
 from ncd import nn, ops
+from ncd.primitives.library import COMPARISONS
 
 RNG = np.random.default_rng(13)
 EPS = 1e-6
@@ -150,7 +151,19 @@ def test_gelu_near_zero_and_far_out() -> None:
     check(on(ops.gelu(), x.shape), x)
 
 
-@pytest.mark.parametrize("fn", ops.BINARY_FNS)
+ARITHMETIC_FNS = [f for f in ops.BINARY_FNS if f not in COMPARISONS]
+
+
+def test_comparisons_are_bool_wires_with_no_gradient() -> None:
+    a, b = normal(7), away_from_zero(7)
+    with pytest.raises(ncd.autodiff.SeedError, match="no float output"):
+        ncd.grad(on(ops.lt(), a.shape, b.shape), wrt="inputs")
+    # through a where: the gradient reaches the chosen input, none goes through the condition
+    absolute = ncd.copy(3) >> (ops.gt(0.0) @ ncd.identity(1) @ ops.neg()) >> ops.where()
+    check(on(absolute, b.shape), b)
+
+
+@pytest.mark.parametrize("fn", ARITHMETIC_FNS)
 def test_binary_with_broadcast(fn: str) -> None:
     for n in SIZES:
         if fn == "pow":
@@ -164,7 +177,7 @@ def test_binary_with_broadcast(fn: str) -> None:
         check(on(ops.binary(fn), a.shape, b.shape), a, b)
 
 
-@pytest.mark.parametrize("fn", ops.BINARY_FNS)
+@pytest.mark.parametrize("fn", ARITHMETIC_FNS)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_scalar(fn: str, reverse: bool) -> None:
     c = 1.7

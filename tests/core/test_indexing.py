@@ -193,7 +193,7 @@ def test_gpt_block_size_reads_the_first_positions_of_its_table() -> None:
 
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("fn", ["lt", "le", "gt", "ge", "eq", "ne"])
-def test_comparisons_are_ieee_truths_in_the_float_format(n: int, fn: str) -> None:
+def test_comparisons_are_ieee_truths_as_bool_wires(n: int, fn: str) -> None:
     r, c = _a("r", n), _a("c", 7)
     x = _nonfinite((n, 7))
     y = np.where(RNG.random((n, 7)) < 0.3, x, RNG.standard_normal((n, 7)))  # ties too
@@ -207,10 +207,11 @@ def test_comparisons_are_ieee_truths_in_the_float_format(n: int, fn: str) -> Non
         "ne": np.not_equal,
     }[fn]
     got = ncd.run(identity((r, c), (r, c)) >> ops.binary(fn), x, y)
-    np.testing.assert_array_equal(got, want(x, y).astype(np.float64))
-    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, want(x, y))
+    assert got.dtype == np.bool_
     scalar = ncd.run(ops.scalar(fn, 0.5).over(r, c), x)
-    np.testing.assert_array_equal(scalar, want(x, 0.5).astype(np.float64))
+    np.testing.assert_array_equal(scalar, want(x, 0.5))
+    assert scalar.dtype == np.bool_
 
 
 def test_comparisons_have_no_gradient() -> None:

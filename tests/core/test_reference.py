@@ -22,6 +22,9 @@ def test_every_canonical_case_runs_in_float32_and_float64(case):
     got = ncd.run(case.model, *case.inputs(np.float32), params=case.params(np.float32))
     got = got if isinstance(got, tuple) else (got,)
     for g, w in zip(got, want):
+        if g.dtype.kind in "biu":  # indices, truths: exact
+            np.testing.assert_array_equal(g, w)
+            continue
         assert g.dtype == np.float32
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 

@@ -38,10 +38,7 @@ MISUSES: list[tuple[str, Callable[[], Any]]] = [
     ("cast a model to an integer format", lambda: ops.exp().cast(ncd.int64)),
     ("cast a model to bool", lambda: ops.exp().cast(ncd.bool)),
     ("ops.cast to an unknown format", lambda: ops.cast("float13")),
-    ("ops.cast to bool", lambda: ops.cast(ncd.bool)),
     ("ops.cast from an integer source", lambda: ops.cast(ncd.float32, source=ncd.int64)),
-    ("float to int cast", lambda: (_typed() >> ops.cast(ncd.int64)).graph),
-    ("bf16 to int cast", lambda: (_typed("bfloat16") >> ops.cast(ncd.int32)).graph),
     ("narrowing int cast", lambda: (_typed("int64") >> ops.cast(ncd.int32)).graph),
     (
         "bf16 and f32 into add",

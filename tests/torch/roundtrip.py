@@ -1,6 +1,7 @@
 """The round trip of an imported module, shared by the import tests of issue 15's ops: torch's
 outputs, then ``from_torch`` on the reference, ``to_module`` back and OpenCL (where PoCL is
-installed), each within 1e-4 of torch, NaN where torch gives NaN."""
+installed), each within 1e-4 of torch, NaN where torch gives NaN, and each output in torch's
+dtype (an int64 index, a bool mask)."""
 
 from __future__ import annotations
 
@@ -25,21 +26,23 @@ def outputs(y: object) -> list[np.ndarray]:
 def check(module: nn.Module, x: torch.Tensor, *, opencl: bool = True) -> ncd.Term:
     """``module`` on ``x`` against its import three ways; the imported model."""
     module.eval()
-    want = [w.astype(np.float64) for w in outputs(module(x))]
+    torch_out = outputs(module(x))
+    want = [w.astype(np.float64) for w in torch_out]
     model, params = from_torch(module, (x,))
+
+    def agree(got: list[np.ndarray], where: str) -> None:
+        close = dict(rtol=1e-4, atol=1e-4, equal_nan=True)
+        for g, w, t in zip(got, want, torch_out, strict=True):
+            assert g.dtype == t.dtype, f"{where}: {g.dtype}, where torch gives {t.dtype}"
+            np.testing.assert_allclose(g.astype(np.float64), w, **close)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        got = outputs(ncd.run(model, x.numpy(), params=params))
-    close = dict(rtol=1e-4, atol=1e-4, equal_nan=True)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(g, w, **close)
+        agree(outputs(ncd.run(model, x.numpy(), params=params)), "the reference")
     back = to_module(model, params=params)
-    for g, w in zip(outputs(back(x)), want, strict=True):
-        np.testing.assert_allclose(g, w, **close)
+    agree(outputs(back(x)), "the export")
     if opencl and OPENCL:
         from ncd_opencl.backend import OpenCLExecutable
 
-        got = outputs(OpenCLExecutable(model)(x.numpy(), params=params))
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_allclose(g, w, **close)
+        agree(outputs(OpenCLExecutable(model)(x.numpy(), params=params)), "OpenCL")
     return model

@@ -336,8 +336,11 @@ class Op:
 
     def accepts(self, k: int, dtype: str) -> bool:
         """Whether input ``k`` may carry ``dtype``: by default one of the kind (float, int,
-        bool) of ``in_dtypes()[k]``; lowering and loading refuse any other with ``DTypeError``."""
-        return to_dtype(dtype).kind == to_dtype(self.in_dtypes()[k]).kind
+        bool) of ``in_dtypes()[k]``, and a bool where a float goes (it counts as 0.0 / 1.0, as
+        torch promotes a mask in arithmetic); lowering and loading refuse any other with
+        ``DTypeError``."""
+        got, want = to_dtype(dtype).kind, to_dtype(self.in_dtypes()[k]).kind
+        return got == want or (got == "bool" and want == "float")
 
     def refusal(self, k: int, dtype: str) -> tuple[str, str]:
         """(why input ``k`` refuses ``dtype``, the fix): the words of lowering's ``DTypeError``

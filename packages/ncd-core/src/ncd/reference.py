@@ -142,18 +142,9 @@ BINARY: dict[str, Callable[[Any, Any], Array]] = {
 }
 
 
-def _comparison(f: Callable[[Any, Any], Array]) -> Callable[[Any, Any], Array]:
-    """1.0 where ``f`` holds, else 0.0, in the operands' format (IEEE: NaN compares false)."""
-    return lambda a, b: f(a, b).astype(np.result_type(a, b))
-
-
+# comparisons: bool arrays (IEEE: NaN compares false, but unequal)
 BINARY.update(
-    lt=_comparison(np.less),
-    le=_comparison(np.less_equal),
-    gt=_comparison(np.greater),
-    ge=_comparison(np.greater_equal),
-    eq=_comparison(np.equal),
-    ne=_comparison(np.not_equal),
+    lt=np.less, le=np.less_equal, gt=np.greater, ge=np.greater_equal, eq=np.equal, ne=np.not_equal
 )
 REDUCE: dict[str, Callable[..., Array]] = {
     "sum": np.sum,
@@ -326,8 +317,23 @@ def _constant(op: L.Constant, xs: list[Array], p: dict[str, Array], ctx: Context
 
 @reference_rule(L.Cast)
 def _cast(op: L.Cast, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
+    x = xs[0]
+    if op.to.kind == "int" and x.dtype.kind == "f":
+        return [truncate(x, op.to)]
     with np.errstate(over="ignore", invalid="ignore"):
-        return [xs[0].astype(op.to.numpy)]
+        return [x.astype(op.to.numpy)]
+
+
+def truncate(x: Array, to: DType) -> Array:
+    """Floats as the integer format ``to``: truncated toward zero, saturating at its range, NaN
+    giving 0 (``ops.cast``'s definition; every backend computes the same)."""
+    wide = np.asarray(x, dtype=np.float64)
+    info = np.iinfo(to.numpy)
+    top = float(2 ** (8 * to.itemsize - 1))  # exact in float64: the first value past the range
+    over, under = wide >= top, wide < -top
+    inside = np.where(np.isnan(wide) | over | under, 0.0, wide)
+    y = np.trunc(inside).astype(to.numpy)
+    return np.where(over, info.max, np.where(under, info.min, y)).astype(to.numpy)
 
 
 @reference_rule(L.Learned)
@@ -389,6 +395,7 @@ def evaluate(
             _upcast(_arrange(x, graph.values[v].axes, node.loop, core), graph.values[v].dtype)
             for x, v, core in zip(arrays, node.inputs, node.core_in, strict=True)
         ]
+        _promote_bools(node, xs)
         ps = {p.name: _upcast(params[name], p.dtype) for name, p in node.params()}
         outs = node_hook(i, node, xs, ps, ctx) if node_hook is not None else None
         if outs is None:
@@ -404,6 +411,17 @@ def evaluate(
         return ys
 
     return forward(graph, inputs, step)
+
+
+def _promote_bools(node: Node, xs: list[Array]) -> None:
+    """A bool array where the op takes a float, as 0.0 / 1.0 (in float64 when another input is,
+    else float32): torch's promotion of a mask in arithmetic, the same in every backend."""
+    slots = node.op.in_dtypes()
+    floats = [x.dtype for x, s in zip(xs, slots, strict=True) if x.dtype.kind == "f"]
+    wide = np.float64 if any(d == np.float64 for d in floats) else np.float32
+    for k, (x, slot) in enumerate(zip(xs, slots, strict=True)):
+        if x.dtype == np.bool_ and to_dtype(slot).kind == "float":
+            xs[k] = x.astype(wide)
 
 
 def _upcast(x: Array, fmt: DType) -> Array:

@@ -101,11 +101,13 @@ class Case:
     def inputs(self, dtype: Any = np.float32) -> list[np.ndarray]:
         rng = np.random.default_rng(abs(hash(self.name)) % (2**32))
         graph = self.model.graph
-        out = []
+        out: list[np.ndarray] = []
         for k, v in enumerate(graph.inputs):
             shape = graph.shape(v)
             if k in self.int_inputs:
                 out.append(rng.integers(0, 11, shape).astype(np.int64))
+            elif graph.values[v].dtype == "bool":
+                out.append(rng.random(shape) < 0.5)
             elif self.positive:
                 out.append(rng.uniform(0.5, 2.0, shape).astype(dtype))
             else:
@@ -230,6 +232,7 @@ def _cases() -> list[Case]:
         cs.append(Case(f"reduce_{fn}", functools.partial(_reduce_case, fn)))
     cs.extend(_composed_reduction_cases())
     cs.extend(_shape_cases())
+    cs.extend(_logic_cases())
     cs.append(Case("reduce_two_axes", lambda: ops.sum([_a("a", 7), _a("b", 13)]).over(_a("r", 1))))
     cs.append(Case("softmax_13", lambda: ops.softmax(_a("x", 13)).over(_a("r", 7))))
     cs.append(Case("softmax_1", lambda: ops.softmax(_a("x", 1)).over(_a("r", 7))))
@@ -534,6 +537,44 @@ def _shape_cases() -> list[Case]:
         ("stack_1", P(stack, 1)),
     ]
     return [Case(name, build, tags=frozenset({"shape"})) for name, build in built]
+
+
+def _logic_cases() -> list[Case]:
+    """Bool wires: comparisons and logic giving bool outputs, a bool read as 0.0 / 1.0 by
+    arithmetic and a reduction in one kernel, a bool input, and casts from floats to integers
+    (truncated, saturating) and to bool, at awkward sizes."""
+    r, c = _a("r", 7), _a("c", 13)
+
+    def two(term: Term) -> Term:
+        return identity((r, c), (c,)) >> term
+
+    def masked_sum() -> Term:
+        return two((ops.gt(0.0) @ identity(1)) >> ops.mul() >> ops.sum(c))
+
+    def bool_input() -> Term:
+        flags = ArrayType((r, c), "bool")
+        return identity(flags, (r, c)) >> (ops.logical_not() @ ops.exp()) >> ops.add()
+
+    def cast(to: object, scale: float, whole: bool = False) -> Term:
+        # exact in float32 and float64 alike: a power-of-two scale (of whole numbers: past the
+        # integer's range, so it saturates)
+        first = (ops.round() >> ops.mul(scale)) if whole else ops.mul(scale)
+        return (first >> ops.cast(to)).over(r, c)
+
+    built: list[tuple[str, Callable[[], Term]]] = [
+        ("compare_lt_broadcast", lambda: two(ops.lt())),
+        ("compare_ge_const", lambda: ops.ge(0.25).over(r, c)),
+        ("logical_and", lambda: two(ops.logical_and())),
+        ("logical_or", lambda: two(ops.logical_or())),
+        ("logical_xor", lambda: two(ops.logical_xor())),
+        ("logical_not", lambda: ops.logical_not().over(r, c)),
+        ("bool_masked_sum", masked_sum),
+        ("bool_input", bool_input),
+        ("cast_float_int64", lambda: cast("int64", 8.0)),
+        ("cast_float_int32_saturating", lambda: cast("int32", 2.0**31, whole=True)),
+        ("cast_float_bool", lambda: (ops.floor() >> ops.cast("bool")).over(r, c)),
+    ]
+    return [Case(name, build, tags=frozenset({"elementwise"})) for name, build in built]
 
 
 def _learned_add() -> Term:

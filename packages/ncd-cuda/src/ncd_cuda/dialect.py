@@ -103,6 +103,7 @@ CUDA = Dialect(
     ctypes={
         **C_TYPES,
         "int64": "long long",
+        "bool": "unsigned char",
         "float16": "unsigned short",
         "bfloat16": "unsigned short",
     },

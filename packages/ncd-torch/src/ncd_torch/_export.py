@@ -19,6 +19,8 @@ import torch
 from torch import fx, nn
 
 from ncd.axis import Axis
+from ncd.dtypes import dtype as to_dtype
+from ncd.dtypes import float32
 from ncd.errors import CompileError, SizeError
 from ncd.graph import Graph, Node, as_graph
 from ncd.params import init
@@ -152,11 +154,23 @@ class Emitter:
             self.arrange(v, node.loop, core)
             for v, core in zip(node.inputs, node.core_in, strict=True)
         ]
+        self._promote_bools(node, xs)
         ps = {p.name: self.fx.get_attr(self._relative(full)) for full, p in node.params()}
         self.lead, self.loop = len(node.loop), tuple(node.loop)
         outs = rule(node.op, xs, ps, self)
         for v, y in zip(node.outputs, outs, strict=True):
             self.bind(v, y)
+
+    def _promote_bools(self, node: Node, xs: list[fx.Node]) -> None:
+        """A bool where the op takes a float, as 0.0 / 1.0 in the op's float format (float32
+        when it has none), as ``ncd.reference`` promotes it (torch would keep ``bool + bool`` a
+        bool, and refuse a bool in an einsum)."""
+        slots = node.op.in_dtypes()
+        dts = tuple(self.ncd.values[v].dtype for v in node.inputs)
+        for k, (v, slot) in enumerate(zip(node.inputs, slots, strict=True)):
+            if self.ncd.values[v].dtype == "bool" and to_dtype(slot).kind == "float":
+                fmt = node.op.float_format(dts) or float32
+                xs[k] = self.method(xs[k], "to", torch_dtype(fmt, f"{node.op.label}'s input"))
 
     def _relative(self, name: str) -> str:
         return name[len(self.path) + 1 :] if self.path else name

@@ -62,11 +62,13 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, n: int, eps: float) ->
 
 
 def _comparison(name: str, holds: Any) -> Any:
-    """A comparison as 1.0 / 0.0 in the operands' float dtype (ncd's comparisons), a named
-    module-level function the generated code calls."""
+    """A comparison as a bool tensor (ncd's comparisons give bool wires), either operand a
+    number, a named module-level function the generated code calls."""
 
     def compare(a: Any, b: Any) -> torch.Tensor:
-        return holds(a, b).to(torch.result_type(a, b))  # type: ignore[no-any-return]
+        if not isinstance(a, torch.Tensor):
+            a = torch.as_tensor(a, dtype=b.dtype, device=b.device)
+        return holds(a, b)  # type: ignore[no-any-return]
 
     compare.__name__ = compare.__qualname__ = name
     return compare
@@ -78,6 +80,20 @@ gt = _comparison("gt", torch.gt)
 ge = _comparison("ge", torch.ge)
 eq = _comparison("eq", torch.eq)
 ne = _comparison("ne", torch.ne)
+
+
+def truncate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Floats as the integer ``dtype``: toward zero, saturating at its range, NaN as 0 (ncd's
+    cast; torch's own ``.to`` leaves NaN and overflow undefined)."""
+    if not x.is_floating_point():
+        return x.to(dtype)
+    info = torch.iinfo(dtype)
+    wide = x.to(torch.float64)
+    top = float(info.max) + 1.0  # 2^(bits-1), exact in float64
+    inside = torch.where(torch.isnan(wide) | (wide >= top) | (wide < -top), 0.0, wide)
+    y = inside.trunc().to(dtype)
+    y = torch.where(wide >= top, torch.full_like(y, info.max), y)
+    return torch.where(wide < -top, torch.full_like(y, info.min), y)
 
 
 def where(cond: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -98,7 +98,7 @@ def _var(c: Capture, node: Any) -> None:
 
 @import_rule("aten.argmax", "aten.argmin")
 def _arg(c: Capture, node: Any) -> None:
-    """The first index of the extreme along a given dim, as a float (ncd's index values)."""
+    """The first index of the extreme along a given dim, ``int64`` as torch's."""
     x = c.plain(node.args[0])
     d = _kw(node, 1, "dim", None)
     if d is None:

@@ -123,7 +123,8 @@ ARITH = {
     # comparisons of activations: 1.0 / 0.0 (torch's bools) for where, masked_fill, casts
     **{f"aten.{fn}": fn for fn in COMPARISONS},
 }
-#: logic on comparison results (0.0 / 1.0 in ncd): not is 1 - m, and a product, or a maximum
+#: logic on bools (ncd's bool wires count as 0.0 / 1.0): not is ``m == 0``; and, or: a product,
+#: a maximum, then ``!= 0``; xor: ``a != b``
 LOGIC = {
     "aten.logical_not": "not",
     "aten.bitwise_not": "not",
@@ -133,6 +134,9 @@ LOGIC = {
     "aten.bitwise_or": "max",
     "aten.__and__": "mul",
     "aten.__or__": "max",
+    "aten.logical_xor": "ne",
+    "aten.bitwise_xor": "ne",
+    "aten.__xor__": "ne",
 }
 ALIASES = ("aten.contiguous", "aten.clone", "aten.alias", "aten.lift_fresh_copy")
 #: ops that read a size-1 broadcast dim (None in ``Capture.dims``) correctly: elementwise ones
@@ -239,10 +243,12 @@ def _gelu(c: Capture, node: Any) -> None:
 
 @import_rule("aten.to", "aten._to_copy", "aten.type_as")
 def _cast(c: Capture, node: Any) -> None:
-    """A cast to the format the value already has vanishes (HF's ``.to(float32)``); integers
-    and bools become floats, and floats other floats, through ``ops.cast`` (a padding mask; a
-    float64 or bfloat16 island); a cast to bool read only as a condition (``masked_fill``,
-    ``where``) vanishes too, since those read nonzero as true."""
+    """A cast to the format the value already has vanishes (HF's ``.to(float32)``); any other
+    is ``ops.cast``: integers and bools to floats (a padding mask), floats to floats (a float64
+    or bfloat16 island), floats to integers (truncated, saturating, NaN as 0 where torch leaves
+    them undefined), anything to bool (``!= 0``); a cast to bool read only as a condition
+    (``masked_fill``, ``where``) vanishes, since those read nonzero as true. A narrowing integer
+    cast (which wraps around) is refused."""
     src = node.args[0]
     have, want = c.dtype(src), c.dtype(node)
     if have == want:
@@ -251,7 +257,8 @@ def _cast(c: Capture, node: Any) -> None:
     if want == "bool" and node.users and all(_reads_as_condition(c, u, node) for u in node.users):
         c.alias(node, src)
         return
-    if want.startswith(("float", "bfloat")):
+    narrowing = have.startswith("int") and want.startswith("int")  # int64 -> int32 wraps
+    if want.startswith(("float", "bfloat", "int", "bool")) and not narrowing:
         x = c.key(src)
         c.op(node, L.Cast(want), [x])
         c.set(node, c.dims[x])
@@ -316,13 +323,17 @@ def _logic(c: Capture, node: Any) -> None:
         raise c.unsupported(node, "logic on integers (bitwise ops of bools only)")
     if fn == "not":
         x = c.plain(args[0])
-        c.op(node, L.Scalar("sub", 1.0, reverse=True, name="not"), [x])
+        c.op(node, L.Scalar("eq", 0.0, name="not"), [x])
         c.set(node, c.dims[x])
         return
     x, y = c.plain(args[0]), c.plain(args[1])
     out = c.broadcast(node, c.dims[x], c.dims[y])
-    c.op(node, L.Binary(fn), [x, y])
-    c.set(node, out)
+    if fn == "ne":
+        c.op(node, L.Binary(fn), [x, y])
+    else:
+        both = c.op(node, L.Binary(fn), [x, y], names=[])
+        c.op(node, L.Scalar("ne", 0.0), [both])
+    c.set(node, out, recorded=fn != "ne")
 
 
 @import_rule(*ARITH)

@@ -219,7 +219,10 @@ def _embedding(op: L.Embedding, xs: list[Node], ps: dict[str, Node], em: Emitter
 def _cast(op: L.Cast, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
     from ncd_torch._dtypes import torch_dtype
 
-    return [em.method(xs[0], "to", torch_dtype(op.to, f"{op.label}'s target"))]
+    to = torch_dtype(op.to, f"{op.label}'s target")
+    if op.to.kind == "int":
+        return [em.call(fn.truncate, xs[0], to)]
+    return [em.method(xs[0], "to", to)]
 
 
 @torch_rule(L.Dropout)

@@ -26,6 +26,7 @@ C_TYPES: dict[str, str] = {
     "bfloat16": "ushort",
     "int64": "long",
     "int32": "int",
+    "bool": "uchar",  # 0 or 1, computed as 0.0 / 1.0 in the arithmetic type
 }
 #: storage dtype -> the dtype its arithmetic runs in (reduced formats compute in float32).
 COMPUTE: dict[str, str] = {

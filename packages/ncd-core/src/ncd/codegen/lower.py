@@ -315,17 +315,22 @@ class KernelGen:
         lanes = self.dialect.vector_width if self.in_vector(addr) else 1
         self.w.line(ir.Store(b.name, addr, ir.as_expr(value, self.cdtype), b.dtype, lanes))
 
+    def in_arith(self, dtype: str) -> bool:
+        """Values of ``dtype`` are computed in the arithmetic type: floats, and bools (as 0.0 /
+        1.0, stored as one byte each); integers are computed as they are."""
+        return dtype in self.dialect.compute or dtype == "bool"
+
     def read(self, b: Buffer, index: Index) -> Expr:
         return self.read_addr(b, b.address(index))
 
     def read_addr(self, b: Buffer, addr: Expr) -> Expr:
         """``b`` at element offset ``addr`` (a vector inside a vector loop along ``b``, unit
         stride there: the vector template checked it), in its arithmetic type."""
-        arith = self.cdtype if b.dtype in self.dialect.compute else str(b.dtype)
+        arith = self.cdtype if self.in_arith(b.dtype) else str(b.dtype)
         if self.in_vector(addr):
             lanes = self.dialect.vector_width
             return ir.Load(b.name, addr, b.dtype, self.vt, lanes, const=not b.output)
-        if self.in_vector() and b.dtype in self.dialect.compute:
+        if self.in_vector() and self.in_arith(b.dtype):
             return ir.Load(b.name, addr, b.dtype, self.vt)  # one element in every lane
         return ir.Load(b.name, addr, b.dtype, arith)
 
@@ -501,7 +506,7 @@ class KernelGen:
         node = self.graph.nodes[self.made_here[v]]
         rule = self.rule_for(node)
         dt = self.graph.values[v].dtype  # float values in the arithmetic type, ids as they are
-        typ = self.cdtype if dt in self.dialect.compute else str(dt)
+        typ = self.cdtype if self.in_arith(dt) else str(dt)
         # a value depends only on its index: compute it in the outermost loop that fixes it
         with self.w.at_depth(self.w.depth_for(list(env.values()))):
             # a plugin's rule may still return C text: it is kept as such

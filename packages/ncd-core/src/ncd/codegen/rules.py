@@ -18,6 +18,8 @@ from ncd.codegen import ir
 from ncd.codegen.ir import Expr
 from ncd.codegen.layout import Size
 from ncd.codegen.lower import Index, KernelGen
+from ncd.dtypes import DType
+from ncd.dtypes import dtype as to_dtype
 from ncd.graph import Node
 from ncd.primitives import batchnorm as BN
 from ncd.primitives import indexing as X
@@ -255,9 +257,28 @@ def _random(gen: KernelGen, node: Node, index: Index) -> Expr:
 
 @codegen_rule(L.Cast)
 def _cast(gen: KernelGen, node: Node, index: Index) -> Expr:
-    # Arithmetic runs in float32; a format is how a wire is stored, so converting a value is
-    # the identity here and the rounding happens where the value is stored.
-    return _ins(gen, node, index)
+    # Floats and bools compute in the arithmetic type; a format is how a wire is stored, so a
+    # cast between them is the identity here and the rounding happens where the value is
+    # stored. Integers and bools are made explicitly, as the reference makes them.
+    op: L.Cast = node.op  # type: ignore[assignment]
+    x = _ins(gen, node, index)
+    source = to_dtype(gen.graph.values[node.inputs[0]].dtype)
+    if op.to.kind == "bool":
+        return ir.Select(x.cmp("!=", ir.Const(0, x.type)), gen.lit(1.0), gen.lit(0.0))
+    if op.to.kind == "int" and source.kind != "int":
+        return _truncate(gen, x, op.to)
+    return x
+
+
+def _truncate(gen: KernelGen, x: Expr, to: DType) -> Expr:
+    """``ncd.reference.truncate``: toward zero, saturating at the range of ``to``, NaN as 0."""
+    t = str(to)
+    top = 2.0 ** (8 * to.itemsize - 1)  # the first value past the range, exact in any float
+    most = ir.Const(2 ** (8 * to.itemsize - 1) - 1, t)
+    least = ir.Const(-(2 ** (8 * to.itemsize - 1)) + 1, t) - ir.Const(1, t)
+    inside = ir.Select(x.cmp("<", gen.lit(-top)), least, ir.Convert(x, t))
+    capped = ir.Select(x.cmp(">=", gen.lit(top)), most, inside)
+    return ir.Select(x.cmp("!=", x), ir.Const(0, t), capped)
 
 
 @codegen_rule(L.CausalMask)

@@ -57,12 +57,9 @@ from ncd.primitives.window import Window
 
 __all__ = [
     "ACTIVATION_FNS",
-    "BINARY_FNS",
-    "OP_KINDS",
-    "REDUCE_FNS",
-    "UNARY_FNS",
     "Activation",
     "Arange",
+    "BINARY_FNS",
     "BatchNorm",
     "Binary",
     "Cast",
@@ -77,9 +74,11 @@ __all__ = [
     "LayerNorm",
     "Learned",
     "Linear",
+    "OP_KINDS",
     "Op",
     "Param",
     "Product",
+    "REDUCE_FNS",
     "RMSNorm",
     "Random",
     "Reduce",
@@ -88,6 +87,7 @@ __all__ = [
     "Scale",
     "Slice",
     "Softmax",
+    "UNARY_FNS",
     "Unary",
     "View",
     "Where",
@@ -122,26 +122,35 @@ __all__ = [
     "einsum",
     "elu",
     "embedding",
+    "eq",
     "erf",
-    "flip",
     "exp",
     "expm1",
+    "flip",
     "floor",
     "gather",
+    "ge",
     "gelu",
     "gelu_tanh",
+    "gt",
     "hardsigmoid",
     "hardswish",
     "hardtanh",
     "l2norm",
     "layernorm",
+    "le",
     "leaky_relu",
     "learned",
     "linear",
     "log",
     "log1p",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
     "logsigmoid",
     "logsumexp",
+    "lt",
     "max",
     "max_with_indices",
     "maximum",
@@ -151,6 +160,7 @@ __all__ = [
     "minimum",
     "mish",
     "mul",
+    "ne",
     "neg",
     "normal",
     "pad",
@@ -163,8 +173,8 @@ __all__ = [
     "register_op",
     "relu",
     "relu6",
-    "repeat_interleave",
     "rename",
+    "repeat_interleave",
     "rmsnorm",
     "roll",
     "rotary",
@@ -185,8 +195,8 @@ __all__ = [
     "sqrt",
     "square",
     "stack",
-    "stop_gradient",
     "std",
+    "stop_gradient",
     "sub",
     "sum",
     "tan",
@@ -337,6 +347,53 @@ def maximum(const: float | None = None, *, name: str = "") -> Term:
 
 def minimum(const: float | None = None, *, name: str = "") -> Term:
     return _bin("min", const, False, name)
+
+
+def _comparison_ctor(fn: str, sign: str) -> Callable[..., Term]:
+    def make(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:
+        return _bin(fn, const, reverse, name)
+
+    make.__name__ = fn
+    make.__doc__ = (
+        f"``x {sign} y`` (or ``x {sign} const``; ``const {sign} x`` with ``reverse=True``) as a "
+        "``bool`` wire, torch's ``" + fn + "``: IEEE, so a comparison with NaN is false (but "
+        "``ne``'s). A bool feeds arithmetic as 0.0 / 1.0, ``ops.where`` as its condition."
+    )
+    return make
+
+
+lt = _comparison_ctor("lt", "<")
+le = _comparison_ctor("le", "<=")
+gt = _comparison_ctor("gt", ">")
+ge = _comparison_ctor("ge", ">=")
+eq = _comparison_ctor("eq", "==")
+ne = _comparison_ctor("ne", "!=")
+
+
+def logical_not(*, name: str = "") -> Term:
+    """``x == 0`` as a ``bool`` wire (torch's ``logical_not``: a nonzero value, NaN included,
+    is true)."""
+    return scalar("eq", 0.0, name=name)
+
+
+def _logical(combine: Term, name: str) -> Term:
+    truth = scalar("ne", 0.0) @ scalar("ne", 0.0)
+    return truth >> combine >> scalar("ne", 0.0, name=name)
+
+
+def logical_and(*, name: str = "") -> Term:
+    """Both inputs nonzero, a ``bool`` wire (torch's ``logical_and``; NaN is true)."""
+    return _logical(binary("mul"), name)
+
+
+def logical_or(*, name: str = "") -> Term:
+    """Either input nonzero, a ``bool`` wire (torch's ``logical_or``; NaN is true)."""
+    return _logical(binary("max"), name)
+
+
+def logical_xor(*, name: str = "") -> Term:
+    """Exactly one input nonzero, a ``bool`` wire (torch's ``logical_xor``; NaN is true)."""
+    return (scalar("ne", 0.0) @ scalar("ne", 0.0)) >> binary("ne", name=name)
 
 
 def _unary_ctor(fn: str) -> Callable[..., Term]:
@@ -540,10 +597,11 @@ def embedding(
 
 def cast(to: object, *, source: object = None, name: str = "") -> Term:
     """Convert one value to the format ``to`` (``ncd.bfloat16``, ``"float32"``, ``np.float16``),
-    elementwise; the only place two formats meet. Floats round to nearest even; integers and
-    bools become floats or wider integers; float -> integer, narrowing integer casts and casts
-    to bool are refused. ``source`` is the format read when the cast is a model's first op
-    (float32 by default)."""
+    elementwise, as torch's ``.to(dtype)``; the only place two formats meet. Floats round to
+    nearest even; integers and bools become floats or wider integers; a float becomes an
+    integer truncated toward zero, saturating at the range, NaN giving 0; anything becomes a
+    bool as ``x != 0``; narrowing integer casts are refused (they would wrap around). ``source``
+    is the format read when the cast is a model's first op (float32 by default)."""
     return prim(Cast(to, dtype=source, name=name))
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from ncd._term import Prim, Term, call_site, copy, identity
 from ncd.axis import Axis, AxisLike, show
+from ncd.dtypes import int64
 from ncd.errors import DefinitionError, SizeError
 from ncd.primitives.indexing import Arange, Where
-from ncd.primitives.library import Binary, Constant, Reduce, Scalar, Unary, View
+from ncd.primitives.library import Binary, Cast, Constant, Reduce, Scalar, Unary, View
 
 #: larger than any index an argmax can give and exact in float32 (an axis of 2^24 elements
 #: or more has indices float32 cannot tell apart anyway)
@@ -91,30 +92,33 @@ def _arg(fn: str, axis: AxisLike, name: str) -> Term:
     ismax = copy(2) >> (identity(1) @ _p(Reduce(fn, (a,)))) >> _p(Binary("eq"))
     hit = copy(3) >> (anynan @ isnan @ ismax) >> _p(Where())
     index = _p(Arange(a, 0.0, 1.0)) @ _p(Constant(_NO_INDEX))
-    first = (identity(1) @ index) >> _p(Where()) >> _p(Reduce("min", (a,), name=name))
-    return _typed(a) >> hit >> first
+    first = (identity(1) @ index) >> _p(Where()) >> _p(Reduce("min", (a,)))
+    return _typed(a) >> hit >> first >> _p(Cast(int64, name=name))
 
 
 def argmax(axis: AxisLike, *, name: str = "") -> Term:
-    """The index of the first maximum along ``axis`` as a float (as ``arange`` gives indices);
-    a NaN counts as the maximum, as torch's ``argmax``."""
+    """The index of the first maximum along ``axis``, an ``int64`` wire as torch's ``argmax``
+    gives; a NaN counts as the maximum, as torch's. The search runs in the value's format, so
+    a float32 axis of more than 2^24 elements cannot tell neighbouring indices apart."""
     return _arg("max", axis, name)
 
 
 def argmin(axis: AxisLike, *, name: str = "") -> Term:
-    """The index of the first minimum along ``axis`` as a float; a NaN counts as the minimum,
+    """The index of the first minimum along ``axis`` (``int64``); a NaN counts as the minimum,
     as torch's ``argmin``."""
     return _arg("min", axis, name)
 
 
 def max_with_indices(axis: AxisLike, *, name: str = "") -> Term:
-    """Two outputs: the maximum along ``axis`` and its first index (torch's ``max(x, dim)``)."""
+    """Two outputs: the maximum along ``axis`` and its first index, ``int64`` (torch's
+    ``max(x, dim)``)."""
     a = _axis("max_with_indices", axis)
     return _typed(a) >> copy(2) >> (_p(Reduce("max", (a,), name=name)) @ argmax(a))
 
 
 def min_with_indices(axis: AxisLike, *, name: str = "") -> Term:
-    """Two outputs: the minimum along ``axis`` and its first index (torch's ``min(x, dim)``)."""
+    """Two outputs: the minimum along ``axis`` and its first index, ``int64`` (torch's
+    ``min(x, dim)``)."""
     a = _axis("min_with_indices", axis)
     return _typed(a) >> copy(2) >> (_p(Reduce("min", (a,), name=name)) @ argmin(a))
 

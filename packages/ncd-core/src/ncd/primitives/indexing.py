@@ -54,7 +54,7 @@ class Where(Op):
     def accepts(self, k: int, dtype: str) -> bool:
         if k == 0:
             return True  # a condition of any type: bool, a 0/1 float mask, integer ids
-        return to_dtype(dtype).kind == "float"
+        return to_dtype(dtype).kind in ("float", "bool")  # a bool value counts as 0.0 / 1.0
 
     def float_format(self, in_dtypes: tuple[str, ...]) -> DType | None:
         if self.dtype is not None:

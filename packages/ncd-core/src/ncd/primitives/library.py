@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 import attrs
 
 from ncd.axis import Axis, show
-from ncd.dtypes import DType
+from ncd.dtypes import DType, bool_
 from ncd.dtypes import dtype as to_dtype
-from ncd.errors import DefinitionError, DTypeError
+from ncd.errors import DefinitionError
 from ncd.op import (
     Op,
     Param,
@@ -111,8 +111,9 @@ STEP_FNS = ("floor", "ceil", "round", "trunc", "sign")
 #: softplus(x; beta=1, threshold=20)
 ACTIVATION_FNS = ("leaky_relu", "elu", "celu", "softplus")
 BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow", "lt", "le", "gt", "ge", "eq", "ne")
-#: the comparisons of ``BINARY_FNS``: 1.0 where ``a op b`` holds, else 0.0, in the operands'
-#: float format (IEEE: any comparison with NaN is false but ``ne``); no gradient
+#: the comparisons of ``BINARY_FNS``: a ``bool`` wire, true where ``a op b`` holds (IEEE: any
+#: comparison with NaN is false but ``ne``); operands of any kind (an int compares as a float);
+#: no gradient
 COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 REDUCE_FNS = ("sum", "max", "mean", "min", "prod", "logsumexp")
 
@@ -255,6 +256,12 @@ class Binary(Op):
     def signature(self) -> Signature:
         return ((), ()), ((),)
 
+    def accepts(self, k: int, dtype: str) -> bool:
+        return self.fn in COMPARISONS or super().accepts(k, dtype)
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        return (bool_,) if self.fn in COMPARISONS else super().out_dtypes(in_dtypes)
+
     @property
     def label(self) -> str:
         return self.name or self.fn
@@ -275,6 +282,12 @@ class Scalar(Op):
 
     def signature(self) -> Signature:
         return ((),), ((),)
+
+    def accepts(self, k: int, dtype: str) -> bool:
+        return self.fn in COMPARISONS or super().accepts(k, dtype)
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        return (bool_,) if self.fn in COMPARISONS else super().out_dtypes(in_dtypes)
 
     @property
     def label(self) -> str:
@@ -440,22 +453,18 @@ class Embedding(Op):
 
 
 def _cast_target(value: object) -> DType:
-    fmt = to_dtype(value)
-    if fmt.kind == "bool":
-        raise DTypeError(
-            "ops.cast(ncd.bool): a cast to bool would have to choose a threshold. Fix: keep the "
-            "value a float (a 0/1 mask multiplies like a bool), or feed bool data as a bool input."
-        )
-    return fmt
+    return to_dtype(value)
 
 
 @register_op
 @attrs.frozen
 class Cast(Op):
-    """Convert a value to the format ``to``: floats round to nearest even (overflow gives inf,
-    or NaN in float8_e4m3fn, which has no inf), integers and bools become floats or wider
-    integers. Float to integer and narrowing integer casts are refused at lowering: truncation
-    and wrap-around would change values silently. The only place two formats meet."""
+    """Convert a value to the format ``to``, as torch's ``.to(dtype)``: floats round to nearest
+    even (overflow gives inf, or NaN in float8_e4m3fn, which has no inf); integers and bools
+    become floats or wider integers; a float becomes an integer by truncation toward zero,
+    saturating at the integer's range, NaN giving 0 (torch leaves NaN and overflow undefined);
+    anything becomes a bool as ``x != 0`` (NaN is true). Narrowing integer casts are refused
+    at lowering: wrap-around would change values silently. The only place two formats meet."""
 
     kind: ClassVar[str] = "cast"
     category: ClassVar[str] = "elementwise"
@@ -466,18 +475,12 @@ class Cast(Op):
 
     def accepts(self, k: int, dtype: str) -> bool:
         src = to_dtype(dtype)
-        if self.to.kind == "float":
+        if self.to.kind != "int" or src.kind != "int":
             return True
-        return src.kind != "float" and src.itemsize <= self.to.itemsize
+        return src.itemsize <= self.to.itemsize
 
     def refusal(self, k: int, dtype: str) -> tuple[str, str]:
         src = to_dtype(dtype)
-        if src.kind == "float":
-            return (
-                f"converts to {self.to.name}, and a float has no exact {self.to.name} value "
-                "(truncation, NaN and inf would change it silently)",
-                "keep the value a float, or feed integer data (token ids) as an int64 input",
-            )
         return (
             f"converts to {self.to.name}, narrower than {src.name} (values would wrap around)",
             f"cast to a format at least as wide as {src.name}",
