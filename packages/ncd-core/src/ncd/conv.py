@@ -31,6 +31,7 @@ __all__ = [
     "instance_norm",
     "max_pool1d",
     "max_pool2d",
+    "pool_indices",
     "resnet_block",
 ]
 
@@ -295,6 +296,52 @@ def conv_transpose1d(
     return body
 
 
+#: a window along one axis: (input axis, position axis, offset axis, stride, padding,
+#: dilation, extra padding at the end), as ``ops.window`` takes them
+WindowSpec = tuple[Axis, Axis, Axis, int, int, int, int]
+
+#: a position past every input position (and exact in float32): where a window reads padding
+_PAST = 3.0e38
+
+
+def _windowed(x: Tensor, windows: Sequence[WindowSpec], fill: float) -> Tensor:
+    for a, o, k, s, p, d, e in windows:
+        x = ops.window(a, o, k, stride=s, padding=p, dilation=d, fill=fill, extra=e)(x)
+    return x
+
+
+def pool_indices(windows: Sequence[WindowSpec], *, name: str = "") -> Term:
+    """``[*inputs] -> [*positions]``, ``int64``: where each window's maximum lies in the input,
+    its position flattened row-major over the windowed axes (torch's ``return_indices``):
+    the first maximum in the window's order, or, where the window holds NaN, its last NaN
+    (torch's comparison ``v > best or isnan(v)``); padding never wins. Positions are computed
+    in the value's format: exact up to 2^24 elements in float32. Sizes may be left to run
+    time (the row length is a ``Scale`` by the later axes)."""
+    ins = [w[0] for w in windows]
+    ks = tuple(w[2] for w in windows)
+
+    @trace(inputs=[ArrayType(tuple(ins))], name="pool_indices", label="")
+    def body(x: Tensor) -> Tensor:
+        flat: Tensor | None = None
+        for i, a in enumerate(ins):
+            ramp: Tensor = ops.arange(a)()
+            if ins[i + 1 :]:
+                ramp = ops.scale(ins[i + 1 :], 1.0)(ramp)
+            flat = ramp if flat is None else flat + ramp
+        assert flat is not None
+        seen, where = _windowed(x, windows, -math.inf), _windowed(flat, windows, _PAST)
+        best = ops.reduce("max", ks)(seen)
+        past, none = ops.constant(_PAST)(), ops.constant(-1.0)()
+        first = ops.reduce("min", ks)(ops.where()(ops.eq()(seen, best), where, past))
+        nan = ops.ne()(seen, seen)
+        last_nan = ops.reduce("max", ks)(ops.where()(nan, where, none))
+        index = ops.where()(ops.ge(0.0)(last_nan), last_nan, first)
+        out: Tensor = ops.cast("int64", name=name)(index)
+        return out
+
+    return body
+
+
 def _pool(
     kind: str,
     fn: str,
@@ -303,6 +350,7 @@ def _pool(
     stride: tuple[int, ...],
     padding: tuple[int, ...],
     dilation: tuple[int, ...],
+    indices: bool = False,
 ) -> Term:
     for k, p in zip(kernel, padding, strict=True):
         if 2 * p > k:
@@ -314,12 +362,16 @@ def _pool(
     ins = [_ax(a, v) for (v, _, a) in spatial]
     outs = [_ax(f"{a}_out", v) for (_, v, a) in spatial]
     ks = [Axis(f"k{a}", size=k) for (_, _, a), k in zip(spatial, kernel, strict=True)]
+    windows = [
+        (a, o, k, s, p, d, 0)
+        for a, o, k, s, p, d in zip(ins, outs, ks, stride, padding, dilation, strict=True)
+    ]
 
     @trace(inputs=[ArrayType(tuple(ins))], name=kind, label="")
-    def body(x: Tensor) -> Tensor:
-        for a, o, k, s, p, d in zip(ins, outs, ks, stride, padding, dilation, strict=True):
-            x = ops.window(a, o, k, stride=s, padding=p, dilation=d, fill=fill)(x)
-        y: Tensor = ops.reduce(fn, ks)(x)
+    def body(x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        y: Tensor = ops.reduce(fn, ks)(_windowed(x, windows, fill))
+        if indices:
+            return y, pool_indices(windows, name="indices")(x)
         return y
 
     return body
@@ -337,10 +389,12 @@ def max_pool1d(
     padding: int = 0,
     *,
     dilation: int = 1,
+    return_indices: bool = False,
     length: AxisArg = "l",
     length_out: AxisArg = None,
 ) -> Term:
-    """``torch.nn.MaxPool1d``: the maximum of each window (padding never wins: it is -inf)."""
+    """``torch.nn.MaxPool1d``: the maximum of each window (padding never wins: it is -inf);
+    ``return_indices``: also where it lies, ``int64`` (``pool_indices``)."""
     k = _pair("max_pool1d: kernel_size", kernel_size, 1, 1)
     return _pool(
         "max_pool1d",
@@ -350,6 +404,7 @@ def max_pool1d(
         _strides("max_pool1d", stride, k),
         _pair("max_pool1d: padding", padding, 1, 0),
         _pair("max_pool1d: dilation", dilation, 1, 1),
+        return_indices,
     )
 
 
@@ -359,12 +414,14 @@ def max_pool2d(
     padding: int | Sequence[int] = 0,
     *,
     dilation: int | Sequence[int] = 1,
+    return_indices: bool = False,
     height: AxisArg = "h",
     width: AxisArg = "w",
     height_out: AxisArg = None,
     width_out: AxisArg = None,
 ) -> Term:
-    """``torch.nn.MaxPool2d`` over ``[h w]`` (channels and batch lifted)."""
+    """``torch.nn.MaxPool2d`` over ``[h w]`` (channels and batch lifted); ``return_indices``:
+    also where each maximum lies, ``h * |w| + w`` as ``int64`` (``pool_indices``)."""
     k = _pair("max_pool2d: kernel_size", kernel_size, 2, 1)
     return _pool(
         "max_pool2d",
@@ -374,6 +431,7 @@ def max_pool2d(
         _strides("max_pool2d", stride, k),
         _pair("max_pool2d: padding", padding, 2, 0),
         _pair("max_pool2d: dilation", dilation, 2, 1),
+        return_indices,
     )
 
 

@@ -541,8 +541,8 @@ def _shape_cases() -> list[Case]:
 
 def _logic_cases() -> list[Case]:
     """Bool wires: comparisons and logic giving bool outputs, a bool read as 0.0 / 1.0 by
-    arithmetic and a reduction in one kernel, a bool input, and casts from floats to integers
-    (truncated, saturating) and to bool, at awkward sizes."""
+    arithmetic and a reduction in one kernel, a bool input, casts from floats to integers
+    (truncated, saturating) and to bool, and max pooling's int64 indices, at awkward sizes."""
     r, c = _a("r", 7), _a("c", 13)
 
     def two(term: Term) -> Term:
@@ -554,6 +554,12 @@ def _logic_cases() -> list[Case]:
     def bool_input() -> Term:
         flags = ArrayType((r, c), "bool")
         return identity(flags, (r, c)) >> (ops.logical_not() @ ops.exp()) >> ops.add()
+
+    def max_pool_indices() -> Term:
+        from ncd import conv
+
+        pool = conv.max_pool2d(3, 2, 1, return_indices=True, height=7, width=13)
+        return pool.over(_a("c", 3))
 
     def cast(to: object, scale: float, whole: bool = False) -> Term:
         # exact in float32 and float64 alike: a power-of-two scale (of whole numbers: past the
@@ -573,6 +579,7 @@ def _logic_cases() -> list[Case]:
         ("cast_float_int64", lambda: cast("int64", 8.0)),
         ("cast_float_int32_saturating", lambda: cast("int32", 2.0**31, whole=True)),
         ("cast_float_bool", lambda: (ops.floor() >> ops.cast("bool")).over(r, c)),
+        ("max_pool2d_indices", max_pool_indices),
     ]
     return [Case(name, build, tags=frozenset({"elementwise"})) for name, build in built]
 

@@ -18,6 +18,8 @@ from ncd.ops import _shape
 from ncd.primitives.batchnorm import BatchNorm
 from ncd.primitives.library import Parameter
 from ncd_torch._dtypes import to_numpy
+from ncd_torch._import_index import _pieces
+from ncd_torch._import_reduce import _emit
 from ncd_torch._import_rules import import_rule
 from ncd_torch._import_shape import edge_pad
 
@@ -57,32 +59,35 @@ def _windows(
     """One window per spatial dim of ``x`` (its last ``len(kernel)`` dims; ``extra`` padding
     at each dim's end): the value read, the dims before them, and the position and offset
     variables."""
+    lead, spatial, outs, offsets = _window_axes(c, node, x, kernel, c.shape(node))
+    cur = x
+    for i, (a, o, k) in enumerate(zip(spatial, outs, offsets, strict=True)):
+        e = extra[i] if extra else 0
+        op = L.Window(
+            c.axis(a), c.axis(o), c.axis(k), stride[i], padding[i], dilation[i], fill, extra=e
+        )
+        cur = c.op(node, op, [cur], names=[])
+    return cur, lead, outs, offsets
+
+
+def _window_axes(
+    c: Capture, node: Any, x: str, kernel: Sequence[int], shape: Sequence[int]
+) -> tuple[list[Any], list[int], list[int], list[int]]:
+    """The dims of ``x`` before its last ``len(kernel)``, and the variables of those (the
+    windowed dims), of the positions (sized as the end of ``shape``, the output's) and of the
+    offsets."""
     nd = len(kernel)
     dims = c.dims[x]
     lead, spatial = list(dims[:-nd]), list(dims[-nd:])
     if any(not isinstance(d, int) for d in spatial):
         raise c.unsupported(node, "a window over a broadcast or folded dim")
-    shape = c.shape(node)[-nd:]
+    shape = shape[-nd:]
     outs, offsets = [], []
-    cur = x
     for i, name in enumerate(_SPATIAL[nd]):
         c.axes.hint(spatial[i], name, 0.3)
-        o = c.axes.new(shape[i], f"{name}_out", 0.3)
-        k = c.axes.new(kernel[i], f"k{name}", 1)
-        op = L.Window(
-            c.axis(spatial[i]),
-            c.axis(o),
-            c.axis(k),
-            stride[i],
-            padding[i],
-            dilation[i],
-            fill,
-            extra=extra[i] if extra else 0,
-        )
-        cur = c.op(node, op, [cur], names=[])
-        outs.append(o)
-        offsets.append(k)
-    return cur, lead, outs, offsets
+        outs.append(c.axes.new(shape[i], f"{name}_out", 0.3))
+        offsets.append(c.axes.new(kernel[i], f"k{name}", 1))
+    return lead, spatial, outs, offsets
 
 
 def _conv(c: Capture, node: Any, nd: int) -> None:
@@ -240,6 +245,24 @@ def _conv_transpose1d(c: Capture, node: Any) -> None:
 
 
 def _pool(c: Capture, node: Any, nd: int, fn: str) -> None:
+    x, (k, s, p, d, e) = _pool_geometry(c, node, nd, fn, c.shape(node))
+    fill = -math.inf if fn == "max" else 0.0
+    cur, lead, outs, offsets = _windows(c, node, x, k, s, p, d, fill, e)
+    c.op(node, L.Reduce(fn, tuple(c.axis(k) for k in offsets)), [cur], names=[])
+    c.set(node, [*lead, *outs], recorded=True)
+
+
+#: a pooling's kernel, stride, padding, dilation and extra end padding, per windowed dim
+_Geometry = tuple[
+    tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]
+]
+
+
+def _pool_geometry(
+    c: Capture, node: Any, nd: int, fn: str, out: Sequence[int]
+) -> tuple[str, _Geometry]:
+    """A pooling's input and its windows: kernel, stride, padding, dilation and the extra end
+    padding of ``ceil_mode``'s last partial window (``out``: the output's shape)."""
     x = c.plain(node.args[0])
     kernel = _ints(node.args[1], nd, ())
     stride = _ints(_arg(node, 2, "stride", []), nd, kernel)
@@ -257,21 +280,56 @@ def _pool(c: Capture, node: Any, nd: int, fn: str) -> None:
         (n + 2 * p - d * (k - 1) - 1) // s + 1
         for n, k, s, p, d in zip(n_in, kernel, stride, padding, dilation, strict=True)
     ]
-    got = list(c.shape(node)[-nd:])
-    extra = [0] * nd
+    got = list(out[-nd:])
+    extra = (0,) * nd
     if got != want:  # ceil_mode: a last, partial window; the end padded for it
         if fn != "max":
             raise c.unsupported(node, "ceil_mode=True where it adds a partial window (avg)")
-        extra = [
-            (m - 1) * s + d * (k - 1) + 1 - (n + 2 * p)
+        extra = tuple(
+            max((m - 1) * s + d * (k - 1) + 1 - (n + 2 * p), 0)
             for m, n, k, s, p, d in zip(got, n_in, kernel, stride, padding, dilation, strict=True)
-        ]
-    fill = -math.inf if fn == "max" else 0.0
-    cur, lead, outs, offsets = _windows(
-        c, node, x, kernel, stride, padding, dilation, fill, [max(e, 0) for e in extra]
-    )
-    c.op(node, L.Reduce(fn, tuple(c.axis(k) for k in offsets)), [cur], names=[])
-    c.set(node, [*lead, *outs], recorded=True)
+        )
+    return x, (kernel, stride, padding, dilation, extra)
+
+
+def _pool_with_indices(c: Capture, node: Any, nd: int) -> None:
+    """``max_pool(..., return_indices=True)``: the values as ``max_pool``'s, and the indices
+    as ``ncd.conv.pool_indices`` (int64 positions in each input plane, torch's)."""
+    from ncd.conv import pool_indices
+
+    out = tuple(int(n) for n in node.meta["val"][0].shape)
+    x, (kernel, stride, padding, dilation, extra) = _pool_geometry(c, node, nd, "max", out)
+    for g in _pieces(c, node):
+        if int(g.args[1]) == 0:
+            cur, lead, outs, offsets = _windows(
+                c, g, x, kernel, stride, padding, dilation, -math.inf, extra
+            )
+            c.op(g, L.Reduce("max", tuple(c.axis(k) for k in offsets)), [cur], names=[])
+        else:
+            lead, spatial, outs, offsets = _window_axes(c, g, x, kernel, out)
+            windows = [
+                (c.axis(a), c.axis(o), c.axis(k), s, p, d, e)
+                for a, o, k, s, p, d, e in zip(
+                    spatial, outs, offsets, stride, padding, dilation, extra, strict=True
+                )
+            ]
+            _emit(c, g, x, pool_indices(windows, name=c.leaf(g)))
+        c.set(g, [*lead, *outs], recorded=True)
+
+
+@import_rule("aten.max_pool1d_with_indices")
+def _max_pool1d_indices(c: Capture, node: Any) -> None:
+    _pool_with_indices(c, node, 1)
+
+
+@import_rule("aten.max_pool2d_with_indices")
+def _max_pool2d_indices(c: Capture, node: Any) -> None:
+    _pool_with_indices(c, node, 2)
+
+
+@import_rule("aten.max_pool3d_with_indices")
+def _max_pool3d_indices(c: Capture, node: Any) -> None:
+    _pool_with_indices(c, node, 3)
 
 
 @import_rule("aten.max_pool1d")

@@ -25,8 +25,8 @@ ADVICE: dict[str, str] = {
     "reverse) and ncd.ops.einsum",
     "aten.cudnn_convolution*": "export the model on the CPU: aten.conv1d/conv2d import (windows "
     "then an einsum)",
-    "aten.max_pool*": "max pooling imports in 1-d, 2-d and 3-d (a windowed max, ceil_mode too); "
-    "returned indices do not yet",
+    "aten.max_pool*": "max pooling imports in 1-d, 2-d and 3-d (a windowed max, ceil_mode too, "
+    "return_indices as int64 positions); check the kernel, stride and padding are ints",
     "aten.avg_pool*": "average pooling imports in 1-d, 2-d and 3-d (a windowed mean, "
     "count_include_pad=True or no padding); divisor_override does not yet",
     "aten.adaptive_*": "adaptive average pooling imports where the output size divides the input "
