@@ -648,6 +648,8 @@ def test_rotary_gradient_is_the_inverse_rotation(n: int) -> None:
     (``Rotary(inverse=True)``), checked against finite differences, lifted over heads."""
     seq, d = ncd.Axis("seq", size=n), ncd.Axis("d", size=6)
     check(ops.rotary(seq, d, base=100.0).over(ncd.Axis("h", size=2)), normal(2, n, 6))
+    table = ops.rotary(seq, d, freqs=(0.9, 0.2, 0.01), scale=1.7)  # a scaled RoPE's table
+    check(table.over(ncd.Axis("h", size=2)), normal(2, n, 6))
     x = normal(n, 6)
     there = ncd.run(ops.rotary(seq, d), x)
     back = ncd.run(_inverse_rotary(seq, d), there)

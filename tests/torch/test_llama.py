@@ -77,25 +77,63 @@ def test_hf_llama_imports_runs_at_any_size_and_loads_its_checkpoint(impl: str) -
     assert "slice" not in text and "concat" not in text
 
 
-def test_rope_base_is_read_from_the_tables_and_scaled_rope_is_refused() -> None:
+def test_rope_base_is_read_from_the_tables() -> None:
     wrapped = _llama(rope_theta=500000.0)
     model, params = ncd_torch.from_torch(wrapped, (_ids(2, 16),), free_sizes=False)
     ropes = [n.op for n in model.graph.nodes if isinstance(n.op, ncd.ops.Rotary)]
-    assert ropes and all(op.base == 500000.0 for op in ropes)
+    assert ropes and all(op.base == 500000.0 and not op.freqs for op in ropes)
     with torch.no_grad():
         want = wrapped(_ids(2, 16)).numpy()
     np.testing.assert_allclose(ncd.run(model, _ids(2, 16).numpy(), params=params), want, atol=1e-4)
-    scaled = _llama(
-        rope_scaling={
-            "rope_type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8,
-        }
-    )
-    with pytest.raises(ncd_torch.TorchImportError, match="scaled RoPE variants"):
-        ncd_torch.from_torch(scaled, (_ids(2, 16),), free_sizes=False)
+
+
+SCALED = {
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8,
+    },
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    "linear": {"rope_type": "linear", "factor": 2.0},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SCALED))
+def test_scaled_rope_imports_as_a_frequency_table(kind: str) -> None:
+    """Llama 3's, YaRN's (with its attention factor on cos and sin) and linear scaling: the
+    frequencies are read from the tables at import, one per pair, and run at any length on
+    the reference, OpenCL and the export (which loads the original checkpoint)."""
+    wrapped = _llama(rope_scaling=SCALED[kind])
+    model, params = ncd_torch.from_torch(wrapped, (_ids(2, 16),))
+    ropes = [n.op for n in model.graph.nodes if isinstance(n.op, ncd.ops.Rotary)]
+    inv_freq = wrapped.m.model.rotary_emb.inv_freq.double().numpy()
+    factor = wrapped.m.model.rotary_emb.attention_scaling
+    for op in ropes:
+        np.testing.assert_allclose(op.freqs, inv_freq, rtol=1e-6, atol=1e-9)
+        assert op.scale == pytest.approx(factor, rel=1e-6)
+    assert kind != "yarn" or ropes[0].scale != 1.0
+    compiled = ncd.compile(model, "opencl") if OPENCL else None
+    back = ncd_torch.to_module(model)
+    back.load_state_dict(wrapped.state_dict())
+    for ids in (_ids(2, 16), _ids(1, 7), _ids(3, 29)):
+        with torch.no_grad():
+            want = wrapped(ids).numpy()
+            np.testing.assert_allclose(back(ids).numpy(), want, atol=1e-4)
+        np.testing.assert_allclose(ncd.run(model, ids.numpy(), params=params), want, atol=1e-4)
+        if compiled is not None:
+            np.testing.assert_allclose(compiled(ids.numpy(), params=params), want, atol=1e-4)
+
+
+def test_a_rotary_frequency_table_is_checked() -> None:
+    s, d = ncd.Axis("seq"), ncd.Axis("d_head", size=8)
+    with pytest.raises(ncd.DefinitionError, match="3 frequencies for d_head"):
+        ncd.ops.rotary(s, d, freqs=[1.0, 0.5, 0.25])
+    with pytest.raises(ncd.DefinitionError, match="finite and >= 0"):
+        ncd.ops.rotary(s, d, freqs=[1.0, float("nan"), 0.1, 0.01])
+    with pytest.raises(ncd.DefinitionError, match="needs the size"):
+        ncd.ops.rotary(s, ncd.Axis("d_head"), freqs=[1.0, 0.1])
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -321,6 +321,11 @@ class Op:
         """Size constraints between the op's axes (views' products, sliding windows)."""
         return ()
 
+    def fixed_axes(self) -> tuple[Axis, ...]:
+        """Axes whose size the op's own fields fix (a rotary's frequency table fixes its
+        feature axis), which a model cannot leave to run time."""
+        return ()
+
     def derived_axes(self) -> tuple[Axis, ...]:
         """Axes whose size follows from the others (not listed by ``config()``)."""
         return ()

@@ -270,8 +270,12 @@ def _node(r: _Reader, n: Any, where: str, axes: list[Axis], nv: int, ns: int) ->
             )
         elif isinstance(val, str | int | float) or val is None:
             kwargs[key] = val
+        elif isinstance(val, list) and all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in val
+        ):
+            kwargs[key] = tuple(val)  # a table of numbers (a rotary's frequencies)
         else:
-            raise r.fail(at, f"expected a scalar, got {type(val).__name__}")
+            raise r.fail(at, f"expected a scalar or a list of numbers, got {type(val).__name__}")
     try:
         op: Op = cls(**kwargs, name=r.string(n["name"], f"{where}.name"))
     except (TypeError, ValueError) as e:

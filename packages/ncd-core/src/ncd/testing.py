@@ -123,6 +123,7 @@ class Case:
         parameter's shape, or a product, would need the size before running)."""
         graph = self.model.graph
         held = {a.uid for n in graph.nodes for p in n.op.params() for a in p.axes}
+        held.update(a.uid for n in graph.nodes for a in n.op.fixed_axes())
         for n in graph.nodes:
             for c in n.op.constraints():
                 # a window's input length may stay free: its output follows at run time
@@ -367,6 +368,12 @@ def _indexing_cases() -> list[Case]:
         Case("rotary_13x8", functools.partial(rotary, 13, 8)),
         Case("rotary_1x2", functools.partial(rotary, 1, 2)),
         Case("rotary_301x6", functools.partial(rotary, 301, 6)),
+        Case(
+            "rotary_table_13x6",  # a scaled RoPE: one frequency per pair, cos and sin scaled
+            lambda: ops.rotary(_a("s", 13), _a("d", 6), freqs=(1.0, 0.1, 3e-3), scale=0.8).over(
+                _a("h", 3)
+            ),
+        ),
         # ids are drawn in [0, 11): tables of 11 rows and more
         Case("gather_rows_13", functools.partial(rows, 13, 7, 1, 5), int_inputs=(0,)),
         Case("gather_rows_301", functools.partial(rows, 301, 1, 13, 7), int_inputs=(0,)),

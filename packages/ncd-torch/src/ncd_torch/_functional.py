@@ -120,19 +120,29 @@ def gather(ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return torch.gather(rows, -1, ids.long().expand(lead).unsqueeze(-1)).squeeze(-1)
 
 
-def rotary(x: torch.Tensor, base: float, inverse: bool = False) -> torch.Tensor:
+def rotary(
+    x: torch.Tensor,
+    base: float,
+    inverse: bool = False,
+    freqs: tuple[float, ...] = (),
+    scale: float = 1.0,
+) -> torch.Tensor:
     """Rotary position embedding over the last two dims ``[seq, d]`` (rotate-half layout):
-    ``x cos(t f) + rotate_half(x) sin(t f)``, ``f_j = base ** (-2 (j mod d/2) / d)``;
-    ``inverse``: minus the angles."""
+    ``s (x cos(t f) + rotate_half(x) sin(t f))``, ``f_j = base ** (-2 (j mod d/2) / d)`` or
+    ``freqs[j mod d/2]`` (a scaled RoPE's table), ``s`` the scale; ``inverse``: minus the
+    angles."""
     n, d = x.shape[-2], x.shape[-1]
     h = d // 2
-    j = torch.arange(d, device=x.device, dtype=torch.float64) % h
-    freqs = base ** (-2.0 * j / d)
+    j = torch.arange(d, device=x.device) % h
+    if freqs:
+        f = torch.tensor(freqs, device=x.device, dtype=torch.float64)[j]
+    else:
+        f = base ** (-2.0 * j.double() / d)
     t = torch.arange(n, device=x.device, dtype=torch.float64)
-    angles = t[:, None] * freqs[None, :]
+    angles = t[:, None] * f[None, :]
     turned = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
     sin = -angles.sin() if inverse else angles.sin()
-    return x * angles.cos().to(x.dtype) + turned * sin.to(x.dtype)
+    return x * (scale * angles.cos()).to(x.dtype) + turned * (scale * sin).to(x.dtype)
 
 
 def batch_norm(

@@ -173,6 +173,26 @@ def _rope_base(cos: np.ndarray, sin: np.ndarray) -> float | None:
     return base if worst < _TABLE_TOL else None
 
 
+def _rope_table(cos: np.ndarray, sin: np.ndarray) -> tuple[float, tuple[float, ...], float] | None:
+    """A scaled RoPE's tables (Llama 3's or YaRN's ``inv_freq``, YaRN's attention factor on
+    both): ``(10000.0, freqs, scale)`` with ``cos = scale cos(t f)`` and ``sin = scale sin(t
+    f)``, one frequency per pair read at position 1 (every ``inv_freq`` is below pi), checked
+    at every position; else ``None``."""
+    n, d = cos.shape
+    scale = float(cos[0, 0])
+    if n < 2 or not scale > 0 or np.abs(cos[0] - scale).max() > _TABLE_TOL * scale:
+        return None
+    freqs = np.arctan2(sin[1, : d // 2], cos[1, : d // 2])
+    if (freqs < 0).any():
+        return None
+    table = tuple(float(f) for f in freqs)
+    angles = rotary_angles(n, d, 10000.0, table)
+    worst = max(
+        np.abs(scale * np.cos(angles) - cos).max(), np.abs(scale * np.sin(angles) - sin).max()
+    )
+    return (10000.0, table, scale) if worst < _TABLE_TOL * max(scale, 1.0) else None
+
+
 def rotary_embedding(c: Capture, node: Any, a: Any, b: Any) -> bool:
     """``x * cos + cat([-x[..., h:], x[..., :h]], -1) * sin`` (HF's ``apply_rotary_pos_emb``)
     read from its first product ``node``: one ``Rotary`` over (seq, d_head), the rest of the
@@ -209,11 +229,12 @@ def rotary_embedding(c: Capture, node: Any, a: Any, b: Any) -> bool:
     if tables[0] is None or tables[1] is None:
         return False
     base = _rope_base(tables[0], tables[1])
-    if base is None:
+    found = (base, (), 1.0) if base is not None else _rope_table(tables[0], tables[1])
+    if found is None:
         raise c.unsupported(
             node,
-            "cos/sin tables that are not the default rotary embedding of positions 0, 1, ... "
-            "(scaled RoPE variants such as llama3, yarn or dynamic are not supported yet)",
+            "cos/sin tables that are not a rotary embedding of positions 0, 1, ... (one "
+            "frequency per pair, both halves alike, cos and sin scaled alike)",
         )
     key = c.plain(x)
     dims = c.dims[key]
@@ -221,7 +242,8 @@ def rotary_embedding(c: Capture, node: Any, a: Any, b: Any) -> bool:
         return False
     c.axes.hint(dims[-2], "seq", 2)
     c.axes.hint(dims[-1], "d_head", 2)
-    c.op(node, L.Rotary(c.axis(dims[-2]), c.axis(dims[-1]), base), [key])
+    rope = L.Rotary(c.axis(dims[-2]), c.axis(dims[-1]), found[0], freqs=found[1], scale=found[2])
+    c.op(node, rope, [key])
     c.done.update(n.name for n in (high, low, neg, cat, other, add))
     c.set(add, list(dims), recorded=True)
     return True

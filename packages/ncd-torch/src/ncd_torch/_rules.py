@@ -415,9 +415,12 @@ def _concat(op: X.Concat, xs: list[Node], ps: dict[str, Node], em: Emitter) -> l
 
 @torch_rule(X.Rotary)
 def _rotary(op: X.Rotary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
-    if op.inverse:
-        return [em.call(fn.rotary, xs[0], op.base, True)]
-    return [em.call(fn.rotary, xs[0], op.base)]
+    args: list[Any] = [xs[0], op.base]
+    if op.inverse or op.freqs or op.scale != 1.0:
+        args.append(op.inverse)
+    if op.freqs or op.scale != 1.0:
+        args += [op.freqs, op.scale]
+    return [em.call(fn.rotary, *args)]
 
 
 @torch_rule(W.Window)

@@ -622,22 +622,39 @@ def _rotary(gen: KernelGen, node: Node, index: Index) -> Expr:
     j = gen.let(gen.ix(index[op.d]), "j", gen.ityp)
     low = gen.let(j.cmp("<", h), "low", "int32")
     partner = gen.let(ir.Select(low, j + h, j - h), "pair", gen.ityp)
-    # f_j = base ** (-2 (j mod h) / |d|) = exp((j mod h) * (-2 ln(base) / |d|))
-    step = (
-        gen.lit(-2.0 * math.log(op.base) / d)
-        if isinstance(d, int)
-        else gen.lit(-2.0 * math.log(op.base)) / ir.Convert(gen.ix(d), gen.cdtype)
-    )
-    pair = ir.Convert(ir.Select(low, j, j - h), gen.cdtype)
     position = ir.Convert(gen.ix(index[op.seq]), gen.cdtype)
-    angle = gen.let(position * gen.call("exp", pair * step), "angle")
+    if op.freqs:  # a scaled RoPE's table, one frequency per pair, made once per work-item
+        freq: Expr = ir.Elem(_frequency_table(gen, op.freqs), ir.Select(low, j, j - h), gen.cdtype)
+    else:
+        # f_j = base ** (-2 (j mod h) / |d|) = exp((j mod h) * (-2 ln(base) / |d|))
+        step = (
+            gen.lit(-2.0 * math.log(op.base) / d)
+            if isinstance(d, int)
+            else gen.lit(-2.0 * math.log(op.base)) / ir.Convert(gen.ix(d), gen.cdtype)
+        )
+        freq = gen.call("exp", ir.Convert(ir.Select(low, j, j - h), gen.cdtype) * step)
+    angle = gen.let(position * freq, "angle")
     x = _ins(gen, node, index)
     other = _ins(gen, node, {**index, op.d: partner})
     turned = gen.let(ir.Select(low, -other, other), "turn")
     # the inverse rotation: minus the angles
     sin = turned * gen.call("sin", angle)
     cos = x * gen.call("cos", angle)
-    return cos - sin if op.inverse else cos + sin
+    out = cos - sin if op.inverse else cos + sin
+    return out if op.scale == 1.0 else out * gen.lit(op.scale)
+
+
+def _frequency_table(gen: KernelGen, freqs: tuple[float, ...]) -> str:
+    """A local array holding ``freqs`` (as literals), declared once at the kernel's top."""
+
+    def make() -> str:
+        name = gen.unique("freqs", "t")
+        gen.w.line(ir.Array(name, gen.cdtype, len(freqs)))
+        for k, f in enumerate(freqs):
+            gen.w.line(ir.Assign(ir.Elem(name, ir.Const(k, "int32"), gen.cdtype), gen.lit(f)))
+        return name
+
+    return gen.shared(("rotary_freqs", freqs), [], make)
 
 
 @codegen_rule(W.Window)

@@ -760,12 +760,20 @@ def concat(spec: str, *, name: str = "", **axes: AxisLike | int) -> Term:
 
 
 def rotary(
-    seq: AxisLike = "seq", d: AxisLike = "d_head", *, base: float = 10000.0, name: str = ""
+    seq: AxisLike = "seq",
+    d: AxisLike = "d_head",
+    *,
+    base: float = 10000.0,
+    freqs: Sequence[float] = (),
+    scale: float = 1.0,
+    name: str = "",
 ) -> Term:
     """Rotary position embedding over ``[seq d]`` (Llama's rotate-half layout): feature ``j``
-    and ``j + |d|/2`` of position ``t`` turn by ``t * base ** (-2j/|d|)``."""
+    and ``j + |d|/2`` of position ``t`` turn by ``t * base ** (-2j/|d|)``, or by ``t *
+    freqs[j]`` given a scaled RoPE's table (Llama 3's, YaRN's ``inv_freq``: ``|d|/2``
+    frequencies); ``scale`` multiplies cos and sin (YaRN's attention factor)."""
     n = _Names({})
-    return prim(Rotary(n.axis(seq), n.axis(d), base, name=name))
+    return prim(Rotary(n.axis(seq), n.axis(d), base, freqs=tuple(freqs), scale=scale, name=name))
 
 
 def window(

@@ -167,15 +167,35 @@ class Concat(Op):
         return in_dtypes[:1]
 
 
+def _frequencies(value: object) -> tuple[float, ...]:
+    try:
+        return tuple(float(f) for f in value)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        raise DefinitionError(
+            f"rotary: freqs must be a sequence of numbers, got {value!r}. Fix: pass the |d|/2 "
+            "frequencies of the rotation pairs (HF's inv_freq)."
+        ) from None
+
+
+def _check_frequencies(instance: object, attribute: object, value: tuple[float, ...]) -> None:
+    if not all(np.isfinite(f) and f >= 0 for f in value):
+        raise DefinitionError(
+            f"rotary: every frequency must be finite and >= 0, got {list(value)}. Fix: pass "
+            "the frequencies of the rotation pairs (HF's inv_freq)."
+        )
+
+
 @register_op
 @attrs.frozen
 class Rotary(Op):
     """Rotary position embedding (RoFormer, Su et al. 2021, eq. 34) in the rotate-half layout
     of GPT-NeoX and Llama: with ``h = |d| / 2``, position ``t`` (the index along ``seq``) and
-    ``f_j = base ** (-2 (j mod h) / |d|)``,
-    ``y[t, j] = x[t, j] cos(t f_j) - x[t, j + h] sin(t f_j)`` for ``j < h`` and
-    ``y[t, j] = x[t, j] cos(t f_j) + x[t, j - h] sin(t f_j)`` for ``j >= h``; ``inverse``: the
-    angles negated (the rotation's transpose, which is its gradient)."""
+    ``f_j = base ** (-2 (j mod h) / |d|)`` (or ``freqs[j mod h]`` when ``freqs`` is given: a
+    scaled RoPE's table, Llama 3's or YaRN's ``inv_freq``),
+    ``y[t, j] = s (x[t, j] cos(t f_j) - x[t, j + h] sin(t f_j))`` for ``j < h`` and
+    ``y[t, j] = s (x[t, j] cos(t f_j) + x[t, j - h] sin(t f_j))`` for ``j >= h``, ``s`` the
+    ``scale`` (YaRN's attention factor; 1 otherwise); ``inverse``: the angles negated (the
+    rotation's transpose, which is its gradient)."""
 
     kind: ClassVar[str] = "rotary"
     category: ClassVar[str] = "elementwise"
@@ -184,6 +204,11 @@ class Rotary(Op):
     base: float = number_field(10000.0, low=1.0, fix="pass a base above 1, such as 10000.0")
     #: rotate by minus the angles (the transpose and the inverse of the rotation: its gradient)
     inverse: bool = flag_field(False)
+    #: the frequency of each rotation pair (``|d| / 2`` of them), in place of ``base``'s
+    freqs: tuple[float, ...] = attrs.field(
+        default=(), converter=_frequencies, validator=_check_frequencies
+    )
+    scale: float = number_field(1.0, fix="pass a finite scale, such as 1.0")
 
     def __attrs_post_init__(self) -> None:
         if self.seq == self.d:
@@ -197,9 +222,22 @@ class Rotary(Op):
                 f"rotary: {self.d.describe()} is odd; the rotation pairs feature j with "
                 f"j + |d|/2. Fix: give {self.d.name} an even size."
             )
+        if self.freqs and n is not None and len(self.freqs) != n // 2:
+            raise DefinitionError(
+                f"rotary: {len(self.freqs)} frequencies for {self.d.describe()}, which has "
+                f"{n // 2} rotation pairs. Fix: pass one frequency per pair (|d|/2 of them)."
+            )
+        if self.freqs and n is None:
+            raise DefinitionError(
+                f"rotary: a frequency table needs the size of {self.d.describe()}. Fix: size "
+                f"{self.d.name} ({len(self.freqs) * 2} for these {len(self.freqs)} frequencies)."
+            )
 
     def signature(self) -> Signature:
         return ((self.seq, self.d),), ((self.seq, self.d),)
+
+    def fixed_axes(self) -> tuple[Axis, ...]:
+        return (self.d,) if self.freqs else ()
 
     @property
     def label(self) -> str:
@@ -266,11 +304,13 @@ class Arange(Op):
         return self.name or "arange"
 
 
-def rotary_angles(n: int, d: int, base: float) -> np.ndarray:
-    """``t f_j`` over ``(n, d)``, in float64: the angles of ``Rotary``."""
+def rotary_angles(n: int, d: int, base: float, freqs: tuple[float, ...] = ()) -> np.ndarray:
+    """``t f_j`` over ``(n, d)``, in float64: the angles of ``Rotary`` (``freqs``: the table of
+    a scaled RoPE, one frequency per pair, in place of ``base``'s)."""
     h = d // 2
-    freqs = base ** (-2.0 * (np.arange(d) % h) / d)
-    return np.arange(n, dtype=np.float64)[:, None] * freqs[None, :]
+    pair = np.arange(d) % h
+    f = np.asarray(freqs, np.float64)[pair] if freqs else base ** (-2.0 * pair / d)
+    return np.arange(n, dtype=np.float64)[:, None] * f[None, :]
 
 
 def _check_size(ctx: Context, a: Axis, n: int) -> None:
@@ -322,11 +362,11 @@ def _rotary(
 ) -> list[np.ndarray]:
     x = xs[0]
     n, d = x.shape[-2:]
-    angles = rotary_angles(n, d, op.base)
+    angles = rotary_angles(n, d, op.base, op.freqs)
     h = d // 2
     turned = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
     sin = -np.sin(angles) if op.inverse else np.sin(angles)
-    out = x * np.cos(angles) + turned * sin
+    out = x * (op.scale * np.cos(angles)) + turned * (op.scale * sin)
     return [out.astype(x.dtype, copy=False)]
 
 
