@@ -25,15 +25,23 @@ def _check(module: torch.nn.Module, example: tuple[int, ...], other: tuple[int, 
     back = ncd_torch.to_module(model)
     back.load_state_dict(module.state_dict())  # the original checkpoint, as it is
     gen = torch.Generator().manual_seed(7)
+
+    def arrays(y: object) -> list[np.ndarray]:
+        ys = y if isinstance(y, tuple) else (y,)
+        return [v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for v in ys]
+
+    def agree(got: object, want: list[np.ndarray]) -> None:
+        for g, w in zip(arrays(got), want, strict=True):
+            np.testing.assert_allclose(g, w, atol=1e-5)
+
     for shape in (example, other):
         x = torch.randn(*shape, generator=gen)
         with torch.no_grad():
-            want = module(x).numpy()
-            again = back(x).numpy()
-        np.testing.assert_allclose(ncd.run(model, x.numpy(), params=params), want, atol=1e-5)
+            want = arrays(module(x))
+            agree(back(x), want)
+        agree(ncd.run(model, x.numpy(), params=params), want)
         if compiled is not None:
-            np.testing.assert_allclose(compiled(x.numpy(), params=params), want, atol=1e-5)
-        np.testing.assert_allclose(again, want, atol=1e-5)
+            agree(compiled(x.numpy(), params=params), want)
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
@@ -57,6 +65,30 @@ class SelfAttention(torch.nn.Module):
 def test_multihead_attention_imports() -> None:
     torch.manual_seed(1)
     _check(SelfAttention().eval(), (2, 5, 24), (1, 13, 24))
+
+
+class WithWeights(torch.nn.Module):
+    """``need_weights=True`` (MultiheadAttention's default): the attention weights too,
+    averaged over the heads or per head."""
+
+    def __init__(self, average: bool) -> None:
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(24, 3, batch_first=True)
+        self.average = average
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.attn(x, x, x, average_attn_weights=self.average)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("average", [True, False], ids=["averaged", "per_head"])
+def test_multihead_attention_returns_its_weights(average: bool) -> None:
+    torch.manual_seed(2)
+    # the weights path reshapes by the example's sizes, so they stay bound: another size is a
+    # typed error before anything runs, never a misread reshape
+    _check(WithWeights(average).eval(), (2, 5, 24), (2, 5, 24))
+    model, params = ncd_torch.from_torch(WithWeights(average).eval(), (torch.randn(2, 5, 24),))
+    with pytest.raises(ncd.SizeError, match="has size 2, got 1"):
+        ncd.run(model, np.zeros((1, 5, 24), np.float32), params=params)
 
 
 def test_transformer_encoder_layer_draws_and_prices() -> None:

@@ -25,7 +25,7 @@ from ncd.codegen import KernelGen, KernelSource
 from ncd.codegen.layout import Size, ceil_div
 from ncd.codegen.plans import LinearForm, linear_form
 from ncd.primitives import library as L
-from ncd_opencl.schedule import heavy_nodes, work_group
+from ncd_opencl.schedule import default_group, heavy_nodes, work_group
 
 __all__ = ["tiled_template"]
 
@@ -184,7 +184,8 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                     )
                     for v in k.outputs:
                         gen.write(v, env, [])
-    wg_m, wg_n = work_group(k, m_axes, n_axes, (RM, RN), (WG_M, WG_N))  # the plan's tiles
+    # the plan's tiles (a default tile as the planner spread it)
+    wg_m, wg_n = work_group(k, m_axes, n_axes, (RM, RN), default_group(k.graph, m_axes, n_axes))
     gsize = (ceil_div(nb, wg_n) * wg_n, ceil_div(mb, wg_m) * wg_m)
     src = gen.source(gsize, (wg_n, wg_m), "tiled")
     return src

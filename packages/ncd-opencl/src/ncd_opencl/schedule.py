@@ -164,22 +164,35 @@ def _matmul(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> Any:
 def _matmul_choices(
     k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], local: bool = False
 ) -> list[Partition]:
-    from ncd_opencl.matmul import RM, RN, WG_M, WG_N
+    from ncd_opencl.matmul import RM, RN
 
     found = _matmul(k, layouts)
     if found is None:
         return []
     _, m_axes, n_axes = found
     g = k.graph
-    # few rows (a recurrent cell's batch): a group no taller than the rows, as wide as the
-    # work-items it frees, so no work-item computes clamped copies of the last rows (the
-    # local-memory variant stages fixed 8 x 8 groups)
-    wg_m = WG_M if local else max(1, min(WG_M, -(-_prod(g, m_axes) // RM)))
-    wg_n = max(WG_N, min((WG_M * WG_N) // wg_m, -(-_prod(g, n_axes) // RN)))
+    wg_m, wg_n = default_group(g, m_axes, n_axes, local)
     out: list[Partition] = []
     for axes, per_item, per_group in ((m_axes, RM, RM * wg_m), (n_axes, RN, RN * wg_n)):
         out += spread_tile(g, axes, per_group, 0) + spread_tile(g, axes, per_item, 1)
     return out
+
+
+def default_group(
+    g: Graph, m_axes: Sequence[Axis], n_axes: Sequence[Axis], local: bool = False
+) -> tuple[int, int]:
+    """The tiled matmul's work-items per group (rows, columns) when no tile is chosen: 8 x 8,
+    but for few rows (a recurrent cell's batch, a short sequence) a group no taller than the
+    rows, as wide as the work-items it frees, so no work-item computes clamped copies of the
+    last rows (the local-memory variant stages fixed 8 x 8 groups; sizes left to run time
+    take 8 x 8 too)."""
+    from ncd_opencl.matmul import RM, RN, WG_M, WG_N
+
+    if any(g.size(a) is None for a in (*m_axes, *n_axes)):
+        return WG_M, WG_N
+    wg_m = WG_M if local else max(1, min(WG_M, -(-_prod(g, m_axes) // RM)))
+    wg_n = max(WG_N, min((WG_M * WG_N) // wg_m, -(-_prod(g, n_axes) // RN)))
+    return wg_m, wg_n
 
 
 def work_group(
@@ -266,7 +279,8 @@ def check(plan: FusionPlan, local: bool = False) -> None:
             if form is None:
                 continue
             m_axes, n_axes = form.loop, form.out_axes
-            what = (("rows", m_axes, RM, WG_M), ("columns", n_axes, RN, WG_N))
+            wg_m, wg_n = default_group(k.graph, m_axes, n_axes, local)
+            what = (("rows", m_axes, RM, wg_m), ("columns", n_axes, RN, wg_n))
             groups = 1
             for name, axes, item, wg in what:
                 t1 = flat_tile(k, axes, 1, item)
