@@ -79,3 +79,29 @@ def test_a_narrowing_integer_cast_is_named() -> None:
 
     with pytest.raises(ncd.NcdError, match="a cast from int64 to int32"):
         from_torch(Narrow(), (torch.randn(3, 5),))
+
+
+class Counts(nn.Module):
+    """Reductions of masks: any/all over a dim and over everything, a count (int64 in torch),
+    the largest of a bool."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        big = x > 0.5
+        return (
+            big.any(-1),
+            torch.all(x > -1.0, dim=1),
+            big.any(),
+            big.sum(-1),
+            (x != 0).sum(),
+            big.amax(-1),
+            x.any(-1),
+        )
+
+
+@pytest.mark.parametrize("n", [1, 7, 13])
+def test_any_all_and_counts_of_masks_import_in_torchs_dtypes(n: int) -> None:
+    torch.manual_seed(n)
+    x = torch.randn(3, n)
+    x[0] = 0.0
+    x[1, 0] = float("nan")
+    _check(Counts(), x)

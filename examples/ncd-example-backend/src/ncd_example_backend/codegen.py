@@ -103,6 +103,8 @@ def generate(graph: ncd.Graph) -> tuple[str, dict[int, Any]]:
             perm = [axes.index(a) for a in (*present, *core)]
             missing = [j for j, a in enumerate(node.loop) if a not in axes]
             lines.append(f"    a{k} = np.expand_dims(v{v}.transpose({perm}), {missing})")
+            if graph.values[v].dtype == "bool" and node.op.in_dtypes()[k] != "bool":
+                lines.append(f"    a{k} = a{k}.astype(np.float32)  # a bool counts as 0.0 / 1.0")
             xs.append(f"a{k}")
         rule = extra.get(node.op.kind) or RULES.get(type(node.op))
         expr = (

@@ -587,6 +587,8 @@ def _logic_cases() -> list[Case]:
         ("cast_float_int32_saturating", lambda: cast("int32", 2.0**31, whole=True)),
         ("cast_float_bool", lambda: (ops.floor() >> ops.cast("bool")).over(r, c)),
         ("max_pool2d_indices", max_pool_indices),
+        ("any_true_13", lambda: identity((r, c)) >> ops.gt(0.5) >> ops.any_true(c)),
+        ("all_true_13", lambda: identity((r, c)) >> ops.gt(-1.0) >> ops.all_true(c)),
     ]
     return [Case(name, build, tags=frozenset({"elementwise"})) for name, build in built]
 

@@ -185,7 +185,8 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                     for v in k.outputs:
                         gen.write(v, env, [])
     # the plan's tiles (a default tile as the planner spread it)
-    wg_m, wg_n = work_group(k, m_axes, n_axes, (RM, RN), default_group(k.graph, m_axes, n_axes))
+    dflt = default_group(k.graph, m_axes, n_axes, local)
+    wg_m, wg_n = work_group(k, m_axes, n_axes, (RM, RN), dflt)
     gsize = (ceil_div(nb, wg_n) * wg_n, ceil_div(mb, wg_m) * wg_m)
     src = gen.source(gsize, (wg_n, wg_m), "tiled")
     return src

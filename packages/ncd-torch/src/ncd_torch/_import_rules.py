@@ -161,6 +161,8 @@ SIZE1_SAFE = {
     "aten.squeeze",
     "aten.expand",
     "aten.sum",
+    "aten.any",
+    "aten.all",
     "aten.mean",
     "aten.amax",
     "aten.amin",
@@ -420,24 +422,36 @@ def _log_softmax(c: Capture, node: Any) -> None:
     c.set(node, dims, recorded=True)
 
 
-@import_rule("aten.sum", "aten.mean", "aten.amax", "aten.amin")
+@import_rule("aten.sum", "aten.mean", "aten.amax", "aten.amin", "aten.any", "aten.all")
 def _reduce(c: Capture, node: Any) -> None:
+    """A reduction over some dims (all by default). ``any``/``all`` are a maximum/minimum of
+    ``x != 0`` (bool, as torch's); a result torch gives as an integer or bool (a count of a
+    mask: ``mask.sum()``, ``amax`` of a bool) is cast to that format at the end (a count is
+    exact up to 2^24 in the float32 it is summed in)."""
     x = c.plain(node.args[0])
     dims = c.dims[x]
     which = node.args[1] if len(node.args) > 1 else None
     which = list(range(len(dims))) if which is None else which
     which = [which] if isinstance(which, int) else list(which)
     keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    name = c.aten(node)
     fn = {"aten.sum": "sum", "aten.mean": "mean", "aten.amax": "max", "aten.amin": "min"}
+    fn.update({"aten.any": "max", "aten.all": "min"})
     where = sorted({int(d) % len(dims) for d in which})
     gone = [dims[i] for i in where]
     if any(v is None for v in gone):
         raise c.unsupported(node, "a reduction over a size-1 broadcast dim")
-    c.op(node, L.Reduce(fn[c.aten(node)], tuple(c.axis(v) for v in gone)), [x])
+    steps: list[Any] = [L.Reduce(fn[name], tuple(c.axis(v) for v in gone))]
+    if name in ("aten.any", "aten.all"):
+        steps = [L.Scalar("ne", 0.0), *steps, L.Scalar("ne", 0.0)]
+    elif not c.dtype(node).startswith(("float", "bfloat")):
+        steps.append(L.Cast(c.dtype(node)))
+    for k, op in enumerate(steps):
+        x = c.op(node, op, [x], names=None if k == len(steps) - 1 else [])
     if keep:  # the reduced dims stay as size-1 broadcast dims (None): x - x.mean(-1, True)
-        c.set(node, [None if i in where else v for i, v in enumerate(dims)])
+        c.set(node, [None if i in where else v for i, v in enumerate(dims)], recorded=True)
     else:
-        c.set(node, [v for i, v in enumerate(dims) if i not in where])
+        c.set(node, [v for i, v in enumerate(dims) if i not in where], recorded=True)
 
 
 @import_rule("aten.unsqueeze")

@@ -332,6 +332,8 @@ class KernelGen:
             return ir.Load(b.name, addr, b.dtype, self.vt, lanes, const=not b.output)
         if self.in_vector() and self.in_arith(b.dtype):
             return ir.Load(b.name, addr, b.dtype, self.vt)  # one element in every lane
+        if b.dtype == "bool":  # a byte, made a float explicitly (a builtin's overloads need it)
+            return ir.Convert(ir.Load(b.name, addr, b.dtype, arith), arith)
         return ir.Load(b.name, addr, b.dtype, arith)
 
     def accumulate(

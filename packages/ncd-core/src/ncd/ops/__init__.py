@@ -15,6 +15,8 @@ from ncd.errors import DefinitionError
 from ncd.op import OP_KINDS, Op, Param, Product, register_op
 from ncd.ops import _norms, _shape
 from ncd.ops._reductions import (
+    all_true,
+    any_true,
     argmax,
     argmin,
     cumprod,
@@ -97,6 +99,8 @@ __all__ = [
     "acosh",
     "add",
     "arange",
+    "all_true",
+    "any_true",
     "argmax",
     "argmin",
     "asin",
