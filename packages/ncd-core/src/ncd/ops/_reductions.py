@@ -109,8 +109,8 @@ def argmin(axis: AxisLike, *, name: str = "") -> Term:
     return _arg("min", axis, name)
 
 
-def _truth(fn: str, axis: AxisLike, name: str) -> Term:
-    a = _axis(f"{'any' if fn == 'max' else 'all'}", axis)
+def _truth(what: str, fn: str, axis: AxisLike, name: str) -> Term:
+    a = _axis(what, axis)
     nonzero = _p(Scalar("ne", 0.0))
     return _typed(a) >> nonzero >> _p(Reduce(fn, (a,))) >> _p(Scalar("ne", 0.0, name=name))
 
@@ -118,13 +118,13 @@ def _truth(fn: str, axis: AxisLike, name: str) -> Term:
 def any_true(axis: AxisLike, *, name: str = "") -> Term:
     """Whether any element along ``axis`` is nonzero (NaN is), a ``bool`` wire: torch's
     ``any``."""
-    return _truth("max", axis, name)
+    return _truth("any_true", "max", axis, name)
 
 
 def all_true(axis: AxisLike, *, name: str = "") -> Term:
     """Whether every element along ``axis`` is nonzero (NaN is), a ``bool`` wire: torch's
     ``all``."""
-    return _truth("min", axis, name)
+    return _truth("all_true", "min", axis, name)
 
 
 def max_with_indices(axis: AxisLike, *, name: str = "") -> Term:

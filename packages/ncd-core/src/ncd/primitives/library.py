@@ -452,10 +452,6 @@ class Embedding(Op):
         return (self.format,)
 
 
-def _cast_target(value: object) -> DType:
-    return to_dtype(value)
-
-
 @register_op
 @attrs.frozen
 class Cast(Op):
@@ -468,7 +464,7 @@ class Cast(Op):
 
     kind: ClassVar[str] = "cast"
     category: ClassVar[str] = "elementwise"
-    to: DType = attrs.field(converter=_cast_target)
+    to: DType = attrs.field(converter=to_dtype)
 
     def signature(self) -> Signature:
         return ((),), ((),)
