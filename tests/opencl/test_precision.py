@@ -19,7 +19,7 @@ import pytest
 
 import ncd
 from ncd import nn, ops
-from ncd.testing import ELEMENTWISE, MODEL, assert_close_in_format, contraction
+from ncd.testing import ELEMENTWISE, MODEL, assert_close_in_format, contraction, position_cases
 from ncd.testing import random_inputs as inputs
 
 pytest.importorskip("pyopencl")
@@ -347,3 +347,11 @@ def test_free_sizes_in_every_format(make: Any, shapes: Any, fmt: Any) -> None:
         tol = contraction(max(n, 24)) * fmt.eps * (np.abs(want) + scale)
         assert (np.abs(got - want) <= tol).all(), n
     assert exe.builds == 1
+
+
+@pytest.mark.parametrize("fmt", [ncd.bfloat16, ncd.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("case", position_cases(), ids=lambda c: c.name)
+def test_positions_stay_exact_in_16_bit_formats(case: Any, fmt: Any) -> None:
+    """An argmax, max-pool indices, a running product and one-hot targets past 256 (2048):
+    the kernels search positions in float32 as the reference does (issue 15)."""
+    case.check(ncd.compile(case.model.cast(fmt), "opencl")(*case.inputs_in(fmt)), fmt)

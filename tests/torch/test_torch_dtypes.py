@@ -8,6 +8,7 @@ import torch
 
 import ncd
 from ncd import nn, ops
+from ncd.testing import position_cases
 
 TORCH = {ncd.bfloat16: torch.bfloat16, ncd.float16: torch.float16, ncd.float64: torch.float64}
 SIZES = [1, 7, 13, 301]
@@ -111,3 +112,10 @@ def test_a_scalar_input_keeps_the_output_shape() -> None:
     out = ncd.compile(model, "torch")(np.arange(7.0), np.asarray(2.0))
     assert out.shape == (7,)
     np.testing.assert_array_equal(out, np.arange(7.0) * 2)
+
+
+@pytest.mark.parametrize("fmt", [ncd.bfloat16, ncd.float16], ids=str)
+@pytest.mark.parametrize("case", position_cases(), ids=lambda c: c.name)
+def test_positions_stay_exact_in_16_bit_formats(case, fmt):
+    """The exported module searches positions in float32 as the reference does (issue 15)."""
+    case.check(ncd.compile(case.model.cast(fmt), "torch")(*case.inputs_in(fmt)), fmt)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import attrs
 
 from ncd.axis import ArrayType, Axis
+from ncd.dtypes import dtype as to_dtype
 from ncd.errors import AlignmentError, DTypeError
 from ncd.graph import Graph, Node, Scope
 from ncd.op import Op
@@ -222,13 +223,15 @@ class Builder:
         return outs
 
     def _check_formats(self, op: Op, site: str, values: Sequence[int]) -> None:
-        """Formats meet only at ``ops.cast``: every float input must have the op's format."""
+        """Formats meet only at ``ops.cast``: every float input must have the op's format,
+        except one in a slot that takes a bool (a select's condition: a mask of any format)."""
         dts = tuple(self.values[v].dtype for v in values)
         want = op.float_format(dts)
         if want is None:
             return
+        slots = op.in_dtypes()
         for k, (v, dt) in enumerate(zip(values, dts, strict=True)):
-            if dt.kind != "float" or dt == want:
+            if dt.kind != "float" or dt == want or to_dtype(slots[k]).kind == "bool":
                 continue
             why = (
                 f"its format is {want.name}"

@@ -411,6 +411,8 @@ def cast_graph(g: Graph, fmt: DType) -> Graph:
 def _cast_op(op: Op, fmt: DType) -> Op:
     from ncd.primitives.library import Cast
 
+    if op.pinned:
+        return op
     if isinstance(op, Cast) and op.to.kind == "float":
         return attrs.evolve(op, dtype=fmt, to=fmt)
     return attrs.evolve(op, dtype=fmt)

@@ -28,7 +28,7 @@ from ncd.axis import ArrayType, Axis, show
 from ncd.dtypes import DType, float32
 from ncd.errors import NcdError
 from ncd.graph import Graph, Scope, as_graph
-from ncd.op import Op, registrar
+from ncd.op import Op, pinned_format, registrar
 from ncd.primitives import indexing as X
 from ncd.primitives import library as L
 from ncd.primitives import random as RND
@@ -384,16 +384,19 @@ def _scale(t: Tape, op: L.Scale, xs: list[int], ys: list[int], cts: Any, need: A
 
 
 def _identity(t: Tape, a: Axis, b: Axis, like: int) -> int:
-    """``[a b]``: 1.0 where the two indices are equal (``|a| == |b|``): two index ramps, each
-    O(|a|), compared as whole numbers (``relu(1 - |i - j|)``)."""
-    fmt = t.like(like)
-    ia, ib = t.one(X.Arange(a, dtype=fmt)), t.one(X.Arange(b, dtype=fmt))
-    return _close(t, t.bin("sub", ia, ib))
+    """``[a b]``: 1.0 where the two indices are equal (``|a| == |b|``), in ``like``'s format:
+    two index ramps, each O(|a|), compared (``_compare``)."""
+    return t.one(L.Cast(t.dtype(like)), _compare(t, "eq", a, b))
 
 
-def _close(t: Tape, gap: int) -> int:
-    """1.0 where a difference of whole numbers is 0, else 0.0: ``relu(1 - |gap|)``."""
-    return t.u("relu", t.sc("sub", t.u("abs", gap), 1.0, reverse=True))
+def _compare(t: Tape, fn: str, left: Axis | int, b: Axis) -> int:
+    """``left fn ramp(b)``, a ``bool`` wire; ``left`` is an axis (its index ramp) or a float32
+    value. Positions are compared in float32 whatever the model's format (``pinned_format``),
+    so they are exact up to 2^24 (bfloat16 is exact only to 256)."""
+    with pinned_format(float32):
+        if isinstance(left, Axis):
+            left = t.one(X.Arange(left))
+        return t.bin(fn, left, t.one(X.Arange(b)))
 
 
 @_vjp(Window)
@@ -516,8 +519,9 @@ def _embedding(t: Tape, op: L.Embedding, xs: list[int]) -> list[int]:
 def one_hot(t: Tape, ids: int, vocab: Axis, like: int) -> int:
     """``[ids..., vocab]``: 1.0 where the id equals the index: the ids cast to float against an
     index ramp over ``vocab`` (O(|vocab|) to build; the rows themselves are ``|ids| x |vocab|``)."""
-    ramp = t.one(X.Arange(vocab, dtype=t.like(like)))
-    return _close(t, t.bin("sub", t.one(L.Cast(t.dtype(like)), ids), ramp))
+    with pinned_format(float32):
+        index = t.one(L.Cast(float32), ids)
+    return t.one(L.Cast(t.dtype(like)), _compare(t, "eq", index, vocab))
 
 
 # -- elementwise -------------------------------------------------------------------------------
@@ -776,8 +780,7 @@ def _exclusive(t: Tape, x: int, axes: Sequence[Axis]) -> int:
         return t.bin("mul", own, rows)
     other = Axis(f"{a.name}_other", size=a.size)
     x_other = t.one(L.View((a,), (other,), ((a,),), ((a,),), ()), x)
-    fmt = t.like(x)
-    skip = t.bin("ne", t.one(X.Arange(a, dtype=fmt)), t.one(X.Arange(other, dtype=fmt)))
+    skip = _compare(t, "ne", a, other)
     kept = t.one(X.Where(), skip, x_other, t.const(1.0, (), x))
     return t.reduce("prod", kept, (other,))
 

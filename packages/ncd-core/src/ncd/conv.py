@@ -15,7 +15,9 @@ from ncd._term import Term
 from ncd._trace import Tensor, trace
 from ncd.axis import ArrayType, Axis, show
 from ncd.axis import axis_arg as _ax
+from ncd.dtypes import float32
 from ncd.errors import DefinitionError
+from ncd.op import pinned_format
 from ncd.primitives.library import Parameter, View
 
 __all__ = [
@@ -315,28 +317,29 @@ def pool_indices(windows: Sequence[WindowSpec], *, name: str = "") -> Term:
     its position flattened row-major over the windowed axes (torch's ``return_indices``):
     the first maximum in the window's order, or, where the window holds NaN, its last NaN
     (torch's comparison ``v > best or isnan(v)``); padding never wins. Positions are computed
-    in the value's format: exact up to 2^24 elements in float32. Sizes may be left to run
-    time (the row length is a ``Scale`` by the later axes)."""
+    in float32 whatever the model's format (``pinned_format``): exact up to 2^24 elements.
+    Sizes may be left to run time (the row length is a ``Scale`` by the later axes)."""
     ins = [w[0] for w in windows]
     ks = tuple(w[2] for w in windows)
 
     @trace(inputs=[ArrayType(tuple(ins))], name="pool_indices", label="")
     def body(x: Tensor) -> Tensor:
-        flat: Tensor | None = None
-        for i, a in enumerate(ins):
-            ramp: Tensor = ops.arange(a)()
-            if ins[i + 1 :]:
-                ramp = ops.scale(ins[i + 1 :], 1.0)(ramp)
-            flat = ramp if flat is None else flat + ramp
-        assert flat is not None
-        seen, where = _windowed(x, windows, -math.inf), _windowed(flat, windows, _PAST)
-        best = ops.reduce("max", ks)(seen)
-        past, none = ops.constant(_PAST)(), ops.constant(-1.0)()
-        first = ops.reduce("min", ks)(ops.where()(ops.eq()(seen, best), where, past))
-        nan = ops.ne()(seen, seen)
-        last_nan = ops.reduce("max", ks)(ops.where()(nan, where, none))
-        index = ops.where()(ops.ge(0.0)(last_nan), last_nan, first)
-        out: Tensor = ops.cast("int64", name=name)(index)
+        seen = _windowed(x, windows, -math.inf)
+        hit, nan = ops.eq()(seen, ops.reduce("max", ks)(seen)), ops.ne()(seen, seen)
+        with pinned_format(float32):  # positions stay exact whatever the model's format
+            flat: Tensor | None = None
+            for i, a in enumerate(ins):
+                ramp: Tensor = ops.arange(a)()
+                if ins[i + 1 :]:
+                    ramp = ops.scale(ins[i + 1 :], 1.0)(ramp)
+                flat = ramp if flat is None else flat + ramp
+            assert flat is not None
+            where = _windowed(flat, windows, _PAST)
+            past, none = ops.constant(_PAST)(), ops.constant(-1.0)()
+            first = ops.reduce("min", ks)(ops.where()(hit, where, past))
+            last_nan = ops.reduce("max", ks)(ops.where()(nan, where, none))
+            index = ops.where()(ops.ge(0.0)(last_nan), last_nan, first)
+            out: Tensor = ops.cast("int64", name=name)(index)
         return out
 
     return body

@@ -16,7 +16,9 @@ from ncd._lower import Builder, Hole, Ref
 from ncd._term import Term
 from ncd._trace import Tensor, trace
 from ncd.axis import ArrayType, Axis, axis_arg, show
+from ncd.dtypes import float32
 from ncd.errors import DefinitionError
+from ncd.op import pinned_format
 
 __all__ = [
     "attention",
@@ -359,16 +361,20 @@ def _class_axis(what: str, logits: ArrayType | None, vocab: AxisArg) -> tuple[Ar
     return logits, logits.axes[-1]
 
 
-def _equals(t: Tensor, value: float) -> Tensor:
-    """1.0 where a float tensor of whole numbers equals ``value``, else 0.0."""
-    return ops.unary("relu")(1.0 - ops.unary("abs")(t - value))  # type: ignore[no-any-return]
-
-
 def _one_hot(ids: Tensor, vocab: Axis, fmt: str) -> Tensor:
-    """``[ids..., vocab]`` one-hot rows: the ids cast to float against an index ramp (O(|vocab|)
-    to build)."""
-    gap = ops.unary("abs")(ops.cast(fmt)(ids) - ops.arange(vocab)())
-    return ops.unary("relu")(1.0 - gap)  # type: ignore[no-any-return]
+    """``[ids..., vocab]`` one-hot rows in ``fmt``: the ids against an index ramp (O(|vocab|) to
+    build), compared in float32 whatever the model's format (``pinned_format``), so every id
+    below 2^24 finds its own class (bfloat16 tells whole numbers apart only to 256)."""
+    with pinned_format(float32):
+        hot = ops.eq()(ops.cast(float32)(ids), ops.arange(vocab)())
+    return ops.cast(fmt)(hot)  # type: ignore[no-any-return]
+
+
+def _kept(ids: Tensor, ignore: int, fmt: str) -> Tensor:
+    """1.0 where an id is not ``ignore``, else 0.0, in ``fmt`` (compared as ``_one_hot``)."""
+    with pinned_format(float32):
+        keep = ops.ne(float(ignore))(ops.cast(float32)(ids))
+    return ops.cast(fmt)(keep)  # type: ignore[no-any-return]
 
 
 def _mean_over(x: Tensor, axes: Sequence[Axis]) -> Tensor:
@@ -423,7 +429,7 @@ def cross_entropy(
                 loss = (1.0 - smooth) * loss + smooth * (lse - ops.mean(v)(z))
             if ignore_index is None:
                 return _mean_over(loss, rest)
-            keep = 1.0 - _equals(ops.cast(logits.dtype)(t), float(ignore_index))
+            keep = _kept(t, ignore_index, logits.dtype)
             if not rest:
                 return loss * keep  # type: ignore[no-any-return]
             count = ops.maximum(1.0)(ops.sum(rest)(keep))

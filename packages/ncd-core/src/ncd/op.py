@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar
 
 import attrs
@@ -28,6 +30,7 @@ __all__ = [
     "Signature",
     "axes_field",
     "axis_field",
+    "pinned_format",
     "choice_field",
     "count_field",
     "flag_field",
@@ -275,6 +278,32 @@ def _typed_params(fn: Callable[[Any], tuple[Param, ...]]) -> Callable[[Any], tup
     return params
 
 
+#: the format ``pinned_format`` gives the ops built inside it (``None``: no pin)
+_PINNED: ContextVar[DType | None] = ContextVar("ncd_pinned_format", default=None)
+
+
+@contextmanager
+def pinned_format(fmt: object) -> Iterator[None]:
+    """Ops built inside the block have the float format ``fmt`` and keep it through
+    ``Term.cast``: the arithmetic of positions (an argmax's index search, a one-hot's index
+    ramp), which must stay exact in float32 when the model is cast to bfloat16 (exact to 256)
+    or float16 (2048). Values of the model's format meet the pinned ops only as ``bool``
+    wires (a comparison's result) or through ``ops.cast``."""
+    token = _PINNED.set(_op_format(fmt))
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
+
+
+def _pinned_default() -> DType | None:
+    return _PINNED.get()
+
+
+def _is_pinned() -> bool:
+    return _PINNED.get() is not None
+
+
 @attrs.frozen
 class Product:
     """A size constraint ``size(result) == prod(size(f) for f in factors)``."""
@@ -298,7 +327,12 @@ class Op:
     name: str = attrs.field(default="", kw_only=True, validator=_check_op_name)
     #: The op's float format (its parameters, float outputs and float inputs); ``None``: float32
     #: parameters, float outputs in the format of the float inputs. ``Term.cast`` sets it.
-    dtype: DType | None = attrs.field(default=None, kw_only=True, converter=_op_format)
+    dtype: DType | None = attrs.field(factory=_pinned_default, kw_only=True, converter=_op_format)
+    #: ``True``: the format was pinned where the op was built (``pinned_format``) and
+    #: ``Term.cast`` leaves it.
+    pinned: bool = attrs.field(
+        factory=_is_pinned, kw_only=True, validator=attrs.validators.instance_of(bool)
+    )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Every subclass's ``params`` returns parameters in the op's format, so whoever reads

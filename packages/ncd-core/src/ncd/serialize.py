@@ -43,6 +43,8 @@ def graph_to_dict(graph: Graph) -> dict[str, Any]:
         fields = op_fields(n.op, number)
         if fields.get("dtype", "") is None:
             del fields["dtype"]  # an op without a format of its own: JSON as before formats
+        if fields.get("pinned") is False:
+            del fields["pinned"]  # as before pinned formats
         nodes.append(
             {
                 "kind": n.op.kind,
@@ -253,6 +255,8 @@ def _node(r: _Reader, n: Any, where: str, axes: list[Axis], nv: int, ns: int) ->
     spec = {f.name: f for f in attrs.fields(cls) if f.name != "name"}
     if "dtype" in spec and "dtype" not in fields:
         fields = {**fields, "dtype": None}  # written by an ncd without formats, or format-less
+    if "pinned" in spec and "pinned" not in fields:
+        fields = {**fields, "pinned": False}
     if set(fields) != set(spec):
         raise r.fail(f"{where}.fields", f"{kind} takes fields {sorted(spec)}, got {sorted(fields)}")
     kwargs: dict[str, Any] = {}

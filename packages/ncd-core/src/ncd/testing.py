@@ -37,6 +37,7 @@ __all__ = [
     "cases",
     "assert_close_in_format",
     "contraction",
+    "position_cases",
     "random_inputs",
 ]
 
@@ -591,6 +592,78 @@ def _logic_cases() -> list[Case]:
         ("all_true_13", lambda: identity((r, c)) >> ops.gt(-1.0) >> ops.all_true(c)),
     ]
     return [Case(name, build, tags=frozenset({"elementwise"})) for name, build in built]
+
+
+@attrs.frozen
+class PositionCase:
+    """A model whose outputs are positions (or select by them), with inputs exact in every
+    float format and the true outputs, past the 256 (bfloat16) or 2048 (float16) whole numbers
+    a 16-bit format holds exactly: a target runs ``model.cast(fmt)`` on ``inputs_in(fmt)``
+    and ``check``s what it gives."""
+
+    name: str
+    model: Term
+    inputs: tuple[np.ndarray, ...]
+    expected: tuple[np.ndarray, ...]
+
+    def inputs_in(self, fmt: Any) -> list[np.ndarray]:
+        return [x.astype(fmt.numpy) if x.dtype.kind == "f" else x for x in self.inputs]
+
+    def check(self, got: Any, fmt: Any) -> None:
+        """Positions exactly (``int64``, as torch's); values within ``MODEL`` eps of ``fmt``."""
+        outs = list(got) if isinstance(got, tuple | list) else [got]
+        assert len(outs) == len(self.expected), self.name
+        for g, w in zip(outs, self.expected, strict=True):
+            g = np.asarray(g)
+            if w.dtype.kind == "i":
+                assert g.dtype == np.int64, (self.name, g.dtype)
+                np.testing.assert_array_equal(g, w, err_msg=self.name)
+            else:
+                assert_close_in_format(g, w.astype(fmt.numpy), fmt, MODEL)
+
+
+def position_cases() -> list[PositionCase]:
+    """argmax, argmin, max with indices, max-pool indices, a running product and a
+    cross-entropy with ignored targets, over axes of 301 and 2100 elements (a NaN counts as
+    the extreme, as torch)."""
+    out = []
+    for n in (301, 2100):
+        x = _a("x", n)
+        v = np.zeros((3, n), np.float32)
+        v[0, n - 2], v[1, n - 1], v[2, 257] = 5.0, -5.0, np.nan
+        top = np.array([n - 2, 0, 257])
+        bottom = np.array([0, n - 1, 257])
+        out += [
+            PositionCase(f"argmax_{n}", ops.argmax(x).over(_a("r", 3)), (v,), (top,)),
+            PositionCase(f"argmin_{n}", ops.argmin(x).over(_a("r", 3)), (v,), (bottom,)),
+            PositionCase(
+                f"max_with_indices_{n}",
+                ops.max_with_indices(x).over(_a("r", 3)),
+                (v,),
+                (v.max(-1), top),
+            ),
+        ]
+    line = np.zeros(301, np.float32)
+    line[298], line[299] = 3.0, 1.0
+    # windows of 3 at stride 3 over 301: window i covers 3i..3i+2; the zero windows' first 0
+    found = np.arange(0, 300, 3)
+    found[-1] = 298
+    pool = conv.max_pool1d(3, return_indices=True, length=_a("l", 301))
+    pooled = line[:300].reshape(100, 3).max(-1)
+    out.append(PositionCase("max_pool1d_indices_301", pool, (line,), (pooled, found)))
+    ones = np.ones(301, np.float32)
+    ones[280] = 2.0
+    running = np.where(np.arange(301) >= 280, 2.0, 1.0).astype(np.float32)
+    out.append(PositionCase("cumprod_301", ops.cumprod(_a("x", 301)), (ones,), (running,)))
+    logits = np.zeros((4, 300), np.float32)
+    targets = np.array([257, 299, -100, 5])
+    logits[0, 257], logits[1, 299], logits[3, 5] = 4.0, 4.0, 4.0
+    # log(299 + e^4) - 4 where the target holds the 4.0; 0 where ignored
+    hit = np.float32(np.log(299.0 + np.exp(4.0)) - 4.0)
+    loss = nn.cross_entropy(_a("vocab", 300), ignore_index=-100).over(_a("s", 4))
+    want = np.array([hit, hit, 0.0, hit], np.float32)
+    out.append(PositionCase("cross_entropy_ignore_300", loss, (logits, targets), (want,)))
+    return out
 
 
 def _learned_add() -> Term:

@@ -212,13 +212,13 @@ class Ramp(torch.nn.Module):
 
 
 class Fill(torch.nn.Module):
-    """A constant: a 0-d float32 buffer (not saved; it moves with ``.to(device)``) expanded to
-    the sizes given at call time, which may be read from input shapes."""
+    """A constant: a 0-d buffer in ``dtype`` (not saved; it moves with ``.to(device)``)
+    expanded to the sizes given at call time, which may be read from input shapes."""
 
-    def __init__(self, value: float) -> None:
+    def __init__(self, value: float, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.value: torch.Tensor
-        self.register_buffer("value", torch.tensor(value, dtype=torch.float32), persistent=False)
+        self.register_buffer("value", torch.tensor(value, dtype=dtype), persistent=False)
 
     def forward(self, *sizes: int) -> torch.Tensor:
         return self.value.expand(sizes) if sizes else self.value

@@ -366,8 +366,11 @@ def _view(op: L.View, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[
 
 @torch_rule(L.Constant)
 def _constant(op: L.Constant, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    from ncd_torch._dtypes import torch_dtype
+
     sizes = em.sizes(op.axes_, None) if op.axes_ else ()
-    return [em.submodule("const", fn.Fill(op.value), *sizes)]
+    fill = fn.Fill(op.value, torch_dtype(op.format, f"{op.label}'s format"))
+    return [em.submodule("const", fill, *sizes)]
 
 
 @torch_rule(L.Learned)

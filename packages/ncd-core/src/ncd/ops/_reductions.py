@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from ncd._term import Prim, Term, call_site, copy, identity
 from ncd.axis import Axis, AxisLike, show
-from ncd.dtypes import int64
+from ncd.dtypes import float32, int64
 from ncd.errors import DefinitionError, SizeError
+from ncd.op import pinned_format
 from ncd.primitives.indexing import Arange, Where
 from ncd.primitives.library import Binary, Cast, Constant, Reduce, Scalar, Unary, View
 
@@ -91,15 +92,18 @@ def _arg(fn: str, axis: AxisLike, name: str) -> Term:
     anynan = isnan >> _p(Reduce("max", (a,)))
     ismax = copy(2) >> (identity(1) @ _p(Reduce(fn, (a,)))) >> _p(Binary("eq"))
     hit = copy(3) >> (anynan @ isnan @ ismax) >> _p(Where())
-    index = _p(Arange(a, 0.0, 1.0)) @ _p(Constant(_NO_INDEX))
-    first = (identity(1) @ index) >> _p(Where()) >> _p(Reduce("min", (a,)))
-    return _typed(a) >> hit >> first >> _p(Cast(int64, name=name))
+    with pinned_format(float32):  # positions stay exact whatever the model's format
+        index = _p(Arange(a, 0.0, 1.0)) @ _p(Constant(_NO_INDEX))
+        first = (identity(1) @ index) >> _p(Where()) >> _p(Reduce("min", (a,)))
+        found = _p(Cast(int64, name=name))
+    return _typed(a) >> hit >> first >> found
 
 
 def argmax(axis: AxisLike, *, name: str = "") -> Term:
     """The index of the first maximum along ``axis``, an ``int64`` wire as torch's ``argmax``
-    gives; a NaN counts as the maximum, as torch's. The search runs in the value's format, so
-    a float32 axis of more than 2^24 elements cannot tell neighbouring indices apart."""
+    gives; a NaN counts as the maximum, as torch's. The values are compared in their own
+    format and the positions searched in float32 whatever the model's (``pinned_format``), so
+    indices are exact up to 2^24 in a bfloat16 or float16 model too."""
     return _arg("max", axis, name)
 
 
@@ -190,7 +194,8 @@ def _running(fn: str, fill: float, axis: AxisLike, out: AxisLike | None, name: s
         return y if o is None else y >> _p(View((a,), (o,), ((a,),), ((a,),), ()))
     j = Axis(f"{a.name}_upto", size=a.size)
     to_j = _p(View((a,), (j,), ((a,),), ((a,),), ()))
-    upto = (_p(Arange(a, 0.0, 1.0)) @ _p(Arange(j, 0.0, 1.0))) >> _p(Binary("ge"))
+    with pinned_format(float32):  # exact positions in a bfloat16 model too
+        upto = (_p(Arange(a, 0.0, 1.0)) @ _p(Arange(j, 0.0, 1.0))) >> _p(Binary("ge"))
     picked = (upto @ identity(1) @ _p(Constant(fill))) >> _p(Where())
     y = to_j >> picked >> _p(Reduce(fn, (j,), name=name))
     if o is None:
