@@ -22,7 +22,7 @@ from ncd.axis import Axis
 from ncd.dtypes import dtype as to_dtype
 from ncd.dtypes import float32
 from ncd.errors import NcdError
-from ncd.op import Op
+from ncd.op import Op, pinned_format
 from ncd.primitives.library import Parameter, View
 from ncd_torch._capture_views import ViewsMixin
 from ncd_torch._dtypes import to_numpy
@@ -114,6 +114,8 @@ class Capture(ViewsMixin):
         self.outputs: list[str] = []
         # fx node name -> tensor computed from buffers and constants alone (a causal mask made
         # from a registered tril buffer); rules read these values, nothing is recorded for them
+        #: records of blocks whose results nothing reads, which the rebuilt model leaves out
+        self.unread: set[str] = set()
         self.folded: dict[str, Any] = {}
         self.static = self._static_nodes()
         self.problems: list[Problem] = []
@@ -253,6 +255,8 @@ class Capture(ViewsMixin):
             and bool((tensor == tensor.flatten()[0]).all())
             and all(self._broadcasts_away(u, arg) for u in arg.users)
         )
+        if not scalar and self._causal_constant(user, arg, tensor):
+            return
         if not scalar:
             raise self.unsupported(
                 user,
@@ -262,6 +266,39 @@ class Capture(ViewsMixin):
         out = self._record(user, ops.Constant(float(tensor.flatten()[0].item())), [], {})
         self.dims[arg.name] = []
         self.ref[arg.name] = out
+
+    def _causal_constant(self, user: Any, arg: Any, tensor: Any) -> bool:
+        """A constant bool causal mask over its last two dims as an operand (HF's mask
+        functions: ``kv <= q`` and-ed with a padding mask): two index ramps compared, so it
+        holds at every length. True where the key takes part (``k <= q + off``, ``off`` the
+        keys past the queries), or its complement. ``False``: not such a mask."""
+        from ncd_torch._import_rules import _mask_kind
+
+        shape = tuple(int(n) for n in tensor.shape)
+        if str(tensor.dtype) != "torch.bool" or len(shape) < 2 or min(shape[-2:]) < 2:
+            return False
+        if any(n != 1 for n in shape[:-2]):
+            return False
+        if _mask_kind(~tensor, shape) == "causal":
+            fn = "ge"  # the query's position (plus the offset) reaches the key's
+        elif _mask_kind(tensor, shape) == "causal":
+            fn = "lt"
+        else:
+            return False
+        nq, nk = shape[-2:]
+        q, k = self.axes.new(nq, "seq", 3), self.axes.new(nk, "seq_k", 3)
+        with pinned_format(float32):  # positions, exact whatever format the model is cast to
+            rq = self._record(user, ops.Arange(self.axis(q)), [], {})
+            self.dims[rq] = [q]
+            if nk != nq:
+                rq = self._record(user, ops.Scalar("add", float(nk - nq)), [rq], {})
+                self.dims[rq] = [q]
+            rk = self._record(user, ops.Arange(self.axis(k)), [], {})
+            self.dims[rk] = [k]
+            out = self._record(user, ops.Binary(fn, name="causal"), [rq, rk], {})
+        self.dims[arg.name] = [*([None] * (len(shape) - 2)), q, k]
+        self.ref[arg.name] = out
+        return True
 
     def _broadcasts_away(self, user: Any, arg: Any) -> bool:
         """``user`` is elementwise arithmetic whose result has the shape of its other operand,

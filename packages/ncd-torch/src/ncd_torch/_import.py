@@ -119,7 +119,8 @@ def _emit(
         ins = list(dict.fromkeys(k for r in group for k in r.inputs if k not in made))
         outs = [r.output for r in group if later.get(r.output, -1) >= start + end]
         first = start + pos
-        if not outs:  # a block whose results nothing reads
+        if not outs:  # a block whose results nothing reads (BERT's pooler): not emitted
+            c.unread.update(r.output for r in group)
             pos = end
             continue
 
@@ -158,7 +159,7 @@ def from_torch(module: Any, example_inputs: Sequence[Any], *, free_sizes: bool =
         model = _free(module, inputs, c, model)
     params: dict[str, np.ndarray] = {}
     names: dict[str, str] = {}
-    learned = [r for r in c.records if r.params]
+    learned = [r for r in c.records if r.params and r.output not in c.unread]
     nodes = [n for n in model.graph.nodes if n.op.params()]
     for rec, node in zip(learned, nodes, strict=True):
         for pname, (array, fqn) in rec.params.items():
@@ -342,12 +343,16 @@ def _capture(module: Any, inputs: tuple[Any, ...]) -> Any:
     """``torch.export`` first; if it fails, export the ``torch.fx`` symbolic trace instead."""
     import torch
 
+    from ncd_torch._import_hf import masks_without_vmap
+
     try:
-        return torch.export.export(module, inputs)
+        with masks_without_vmap():
+            return torch.export.export(module, inputs)
     except Exception as first:
         try:
             traced = torch.fx.symbolic_trace(module)
-            return torch.export.export(traced, inputs)
+            with masks_without_vmap():
+                return torch.export.export(traced, inputs)
         except Exception:
             raise TorchImportError(
                 f"from_torch could not capture {type(module).__name__}: torch.export failed with "

@@ -119,13 +119,77 @@ def _index_select(c: Capture, node: Any) -> None:
 
 @import_rule("aten.index")
 def _index_tensor(c: Capture, node: Any) -> None:
-    """``x[:, idx]`` with one index tensor (``aten.index.Tensor``)."""
+    """``x[:, idx]`` with one index tensor (``aten.index.Tensor``), or with several constant
+    ones that each run along a dim of their own (``_grid``)."""
     x = c.plain(node.args[0])
     given = [(k, t) for k, t in enumerate(node.args[1]) if t is not None]
-    if len(given) != 1:
-        raise c.unsupported(node, "indexing with more than one index tensor")
+    if len(given) > 1:
+        _grid(c, node, x, given)
+        return
     ((dim, idx),) = given
     _index(c, node, x, dim, idx)
+
+
+def _grid(c: Capture, node: Any, x: str, given: list[tuple[int, Any]]) -> None:
+    """``x[i0, i1, ...]`` with several constant index tensors that broadcast as a grid: each
+    varies along one dim of the broadcast shape of its own and holds consecutive positions
+    there (``x[b[:, None], k[None, :]]`` with ``b``, ``k`` aranges: how HF's masks read a
+    padding mask at ``[batch, kv]``). Each indexed dim becomes a slice of its run (none when
+    the run is the whole dim), placed at its tensor's broadcast dim; the other broadcast dims
+    have size 1. Torch's placement: the broadcast dims replace the indexed ones when those are
+    adjacent, else they come first."""
+    import torch
+
+    tensors = []
+    for _, idx in given:
+        t = None if _ids(c, node, idx) is not None else c.folded.get(idx.name)
+        if t is None and idx.name in c.const_of:
+            t = c._stored(idx.name)
+        if not isinstance(t, torch.Tensor):
+            raise c.unsupported(
+                node, "indexing with several index tensors that are not all constants"
+            )
+        tensors.append(t)
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    rank, dims = len(shape), list(c.dims[x])
+    placed: dict[int, Any] = {}  # broadcast dim -> the axis variable there
+    key = x
+    for (k, _), t in zip(given, tensors, strict=True):
+        t = t.reshape((1,) * (rank - t.dim()) + tuple(t.shape))
+        along = [j for j, n in enumerate(t.shape) if n > 1]
+        if len(along) != 1 or along[0] in placed:
+            raise c.unsupported(
+                node,
+                f"index tensors of shapes {[list(u.shape) for u in tensors]} that do not each "
+                "run along a broadcast dim of their own (only a grid of ranges imports)",
+            )
+        values = [int(v) for v in t.flatten().tolist()]
+        src, n = dims[k], c.axes.size[dims[k]] if dims[k] is not None else 1
+        first = values[0] % n if -n <= values[0] < n else n
+        if values != [values[0] + i for i in range(len(values))] or first + len(values) > n:
+            raise c.unsupported(
+                node, f"index positions {values[:4]}... of dim {k} (size {n}) that are not a run"
+            )
+        if first == 0 and len(values) == n:
+            placed[along[0]] = src  # the whole dim: the value itself
+            continue
+        out = c.axes.new(len(values), f"{c.axes.name(src)}_{first}", 0.3)
+        op = L.Slice(c.axis(src), c.axis(out), first, name=c.leaf(node) or "index")
+        key = c.op(node, op, [key], extra=[out])
+        dims[k] = out
+        c.dims[key] = list(dims)
+        placed[along[0]] = out
+    indexed = [k for k, _ in given]
+    grid = [placed.get(j) for j in range(rank)]
+    rest = [d for k, d in enumerate(dims) if k not in indexed]
+    if indexed == list(range(indexed[0], indexed[-1] + 1)):
+        out_dims = [*dims[: indexed[0]], *grid, *dims[indexed[-1] + 1 :]]
+    else:
+        out_dims = [*grid, *rest]
+    if key == x:
+        c.alias(node, x, out_dims)
+    else:
+        c.set(node, out_dims, recorded=True)
 
 
 def _index(c: Capture, node: Any, x: str, dim: int, idx: Any) -> None:

@@ -252,11 +252,13 @@ def rotary_embedding(c: Capture, node: Any, a: Any, b: Any) -> bool:
 # -- grouped-query attention ------------------------------------------------------------------
 def split_groups(
     c: Capture, node: Any, a: str, batch: list[Any], others: list[list[Any]]
-) -> tuple[str, list[Any], list[list[Any]], list[tuple[int, Grouped]]]:
+) -> tuple[str, list[Any], list[list[Any]], list[tuple[int, Grouped]], list[Any]]:
     """Where an operand in ``others`` (batch dims) holds a ``Grouped`` dim, split the query
     heads of ``a`` at that position into (kv head, group): returns ``a``'s new key, the batch
     dims with both axes in place of the grouped dim (``None`` for the group where a value is
-    broadcast over it) and ``(heads, grouped)`` per split, for ``merge_groups``."""
+    broadcast over it), ``(heads, grouped)`` per split, for ``merge_groups``, and the batch
+    dims as torch counts them, a split dim a ``(kv head, group)`` pair (what a mask over the
+    scores aligns with)."""
     batch = list(batch)
     others = [list(o) for o in others]
     splits: list[tuple[int, Grouped]] = []
@@ -286,7 +288,7 @@ def split_groups(
     def flat(dims: list[Any]) -> list[Any]:
         return [v for d in dims for v in (d if isinstance(d, tuple) else (d,))]
 
-    return a, flat(batch), [flat(o) for o in others], splits
+    return a, flat(batch), [flat(o) for o in others], splits, batch
 
 
 def merge_groups(c: Capture, node: Any, splits: list[tuple[int, Grouped]], dims: list[Any]) -> None:

@@ -802,7 +802,7 @@ def _contract(c: Capture, node: Any, a: str, b: str) -> None:
         raise c.unsupported(node, "grouped keys or values as the left operand")
     n, k = da[-2], da[-1]
     kb, m = db[-2], db[-1]
-    a, ba, (bb,), splits = _import_llama.split_groups(c, node, a, da[:-2], [db[:-2]])
+    a, ba, (bb,), splits, _ = _import_llama.split_groups(c, node, a, da[:-2], [db[:-2]])
     if splits and len(db) > len(da):
         raise c.unsupported(node, "grouped keys or values with more batch dims than the queries")
     batch = c.broadcast(node, ba, bb)
@@ -896,7 +896,9 @@ def _sdpa(c: Capture, node: Any) -> None:
     dq, dk, dv = (list(c.dims[x]) for x in (q, k, v))
     if args.get("enable_gqa"):
         _import_llama.gqa_keys(c, node, dq, dk, dv)
-    q, bq, (bk, bv), splits = _import_llama.split_groups(c, node, q, dq[:-2], [dk[:-2], dv[:-2]])
+    q, bq, (bk, bv), splits, grouped = _import_llama.split_groups(
+        c, node, q, dq[:-2], [dk[:-2], dv[:-2]]
+    )
     (lq, e), (sk, ek), (sv, ev) = dq[-2:], dk[-2:], dv[-2:]
     batch = c.broadcast(node, c.broadcast(node, bq, bk), bv)
     c.axes.union(e, ek)
@@ -919,11 +921,13 @@ def _sdpa(c: Capture, node: Any) -> None:
         scores = c.op(
             node, L.Scale((D,), -0.5) if scale is None else L.Scalar("mul", float(scale)), [scores]
         )
+        # a mask aligns with the scores as torch shapes them: a grouped heads dim is one dim
+        over = [*(grouped if splits else batch), lq, sk]
         if added is not None:
-            scores = _add_mask(c, node, scores, added, [*batch, lq, sk])
+            scores = _add_mask(c, node, scores, added, over)
         if keep is not None:
             keep, bias = _bool_mask(c, node, keep, c.dtype(node.args[0]))
-            scores = _add_mask(c, node, scores, bias, [*batch, lq, sk])
+            scores = _add_mask(c, node, scores, bias, over)
         if causal:
             scores = c.op(node, L.CausalMask(Q, X), [scores])
         weights = c.op(node, L.Softmax(X), [scores])
@@ -974,6 +978,8 @@ def _add_mask(c: Capture, node: Any, scores: str, mask: str, dims: list[Any]) ->
     for d, v in zip(reversed(mdims), reversed(dims), strict=False):
         if d is None:
             continue
+        if isinstance(v, tuple):  # query heads split into (kv head, group)
+            raise c.unsupported(node, "an attn_mask per head with grouped keys (enable_gqa)")
         if c.axes.size[d] != c.axes.size[v]:
             raise c.unsupported(node, "an attn_mask that broadcasts a size-1 dim")
         c.axes.union(d, v)
