@@ -30,6 +30,11 @@ def _config(family: str, attention: str) -> tuple[type, object]:
         "gpt2": (T.GPT2LMHeadModel, T.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=VOCAB)),
         "llama": (T.LlamaForCausalLM, T.LlamaConfig(**llama, num_key_value_heads=2)),
         "qwen2": (T.Qwen2ForCausalLM, T.Qwen2Config(**llama, num_key_value_heads=2)),
+        # a window of 4 keys, narrower than the example's 9: a band of diagonals
+        "mistral-window": (
+            T.MistralForCausalLM,
+            T.MistralConfig(**llama, num_key_value_heads=2, sliding_window=4),
+        ),
         "bert": (T.BertModel, T.BertConfig(**llama)),
     }
     cls, cfg = configs[family]
@@ -59,7 +64,7 @@ def _batch(batch: int, seq: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
-@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen2", "bert"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen2", "mistral-window", "bert"])
 def test_padded_batches_match_torch_at_free_sizes(family: str, attention: str) -> None:
     cls, cfg = _config(family, attention)
     torch.manual_seed(0)

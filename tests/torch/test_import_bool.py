@@ -105,3 +105,19 @@ def test_any_all_and_counts_of_masks_import_in_torchs_dtypes(n: int) -> None:
     x[0] = 0.0
     x[1, 0] = float("nan")
     _check(Counts(), x)
+
+
+class BoolArithmetic(nn.Module):
+    """``+``, ``*``, ``maximum`` and ``minimum`` of two bool tensors are torch's or / and (a
+    bool result: ``True + True`` is ``True``, not 2)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a, b = x > 0, torch.sin(3.0 * x) > 0.2
+        return a + b, a * b, torch.maximum(a, b), torch.minimum(a, b), (a + b) * 3.0
+
+
+@pytest.mark.parametrize("n", [1, 7, 13])
+def test_arithmetic_of_two_bools_is_logic_as_torch(n: int) -> None:
+    torch.manual_seed(n)
+    model = _check(BoolArithmetic(), torch.randn(3, n))
+    assert [model.graph.values[v].dtype for v in model.graph.outputs[:4]] == ["bool"] * 4

@@ -255,7 +255,7 @@ class Capture(ViewsMixin):
             and bool((tensor == tensor.flatten()[0]).all())
             and all(self._broadcasts_away(u, arg) for u in arg.users)
         )
-        if not scalar and self._causal_constant(user, arg, tensor):
+        if not scalar and self._band_constant(user, arg, tensor):
             return
         if not scalar:
             raise self.unsupported(
@@ -267,37 +267,47 @@ class Capture(ViewsMixin):
         self.dims[arg.name] = []
         self.ref[arg.name] = out
 
-    def _causal_constant(self, user: Any, arg: Any, tensor: Any) -> bool:
-        """A constant bool causal mask over its last two dims as an operand (HF's mask
-        functions: ``kv <= q`` and-ed with a padding mask): two index ramps compared, so it
-        holds at every length. True where the key takes part (``k <= q + off``, ``off`` the
-        keys past the queries), or its complement. ``False``: not such a mask."""
-        from ncd_torch._import_rules import _mask_kind
+    def _band_constant(self, user: Any, arg: Any, tensor: Any) -> bool:
+        """A constant bool mask over its last two dims that is true on a band of diagonals,
+        ``lo <= k - q <= hi`` (a causal mask, its complement, a sliding window: HF's mask
+        functions and-ed with a padding mask) as an operand: index ramps compared, so it holds
+        at every length. A bound that cuts nothing at the example's sizes is left out.
+        ``False``: not such a mask."""
+        import torch
 
         shape = tuple(int(n) for n in tensor.shape)
-        if str(tensor.dtype) != "torch.bool" or len(shape) < 2 or min(shape[-2:]) < 2:
+        if tensor.dtype != torch.bool or len(shape) < 2 or min(shape[-2:]) < 2:
             return False
         if any(n != 1 for n in shape[:-2]):
             return False
-        if _mask_kind(~tensor, shape) == "causal":
-            fn = "ge"  # the query's position (plus the offset) reaches the key's
-        elif _mask_kind(tensor, shape) == "causal":
-            fn = "lt"
-        else:
-            return False
         nq, nk = shape[-2:]
+        m = tensor.reshape(nq, nk)
+        offset = torch.arange(nk)[None, :] - torch.arange(nq)[:, None]
+        kept, other = set(offset[m].tolist()), set(offset[~m].tolist())
+        if not kept or not other or kept & other:
+            return False  # uniform (a scalar), or not a function of k - q
+        lo, hi = min(kept), max(kept)
+        if kept != set(range(lo, hi + 1)):
+            return False
         q, k = self.axes.new(nq, "seq", 3), self.axes.new(nk, "seq_k", 3)
         with pinned_format(float32):  # positions, exact whatever format the model is cast to
-            rq = self._record(user, ops.Arange(self.axis(q)), [], {})
-            self.dims[rq] = [q]
-            if nk != nq:
-                rq = self._record(user, ops.Scalar("add", float(nk - nq)), [rq], {})
-                self.dims[rq] = [q]
-            rk = self._record(user, ops.Arange(self.axis(k)), [], {})
-            self.dims[rk] = [k]
-            out = self._record(user, ops.Binary(fn, name="causal"), [rq, rk], {})
+
+            def record(op: Op, inputs: list[str], dims: list[Any]) -> str:
+                out = self._record(user, op, inputs, {})
+                self.dims[out] = dims
+                return out
+
+            rq = record(ops.Arange(self.axis(q)), [], [q])
+            rk = record(ops.Arange(self.axis(k)), [], [k])
+            gap = record(ops.Binary("sub"), [rk, rq], [q, k])
+            bounds = [("ge", lo)] if lo > -(nq - 1) else []
+            bounds += [("le", hi)] if hi < nk - 1 else []
+            out = [record(ops.Scalar(fn, float(b)), [gap], [q, k]) for fn, b in bounds]
+            if len(out) == 2:
+                both = record(ops.Binary("mul"), out, [q, k])
+                out = [record(ops.Scalar("ne", 0.0, name="band"), [both], [q, k])]
         self.dims[arg.name] = [*([None] * (len(shape) - 2)), q, k]
-        self.ref[arg.name] = out
+        self.ref[arg.name] = out[0]
         return True
 
     def _broadcasts_away(self, user: Any, arg: Any) -> bool:

@@ -328,7 +328,12 @@ def _logic(c: Capture, node: Any) -> None:
         c.op(node, L.Scalar("eq", 0.0, name="not"), [x])
         c.set(node, c.dims[x])
         return
-    x, y = c.plain(args[0]), c.plain(args[1])
+    _bools(c, node, fn, c.plain(args[0]), c.plain(args[1]))
+
+
+def _bools(c: Capture, node: Any, fn: str, x: str, y: str) -> None:
+    """``x fn y`` of two bool wires as a bool: ``ne`` (xor) as it is; a product or a maximum
+    (and, or) then ``!= 0``, so ``True + True`` is ``True`` as torch's, not 2."""
     out = c.broadcast(node, c.dims[x], c.dims[y])
     if fn == "ne":
         c.op(node, L.Binary(fn), [x, y])
@@ -357,6 +362,10 @@ def _arith_value(c: Capture, node: Any, fn: str, a: Any, b: Any) -> None:
         return
     if c.is_tensor(a) and c.is_tensor(b):
         x, y = c.plain(a), c.plain(b)
+        logic = {"add": "max", "max": "max", "mul": "mul", "min": "mul"}
+        if c.dtype(a) == c.dtype(b) == "bool" and fn in logic:  # torch: or, and
+            _bools(c, node, logic[fn], x, y)
+            return
         out = c.broadcast(node, c.dims[x], c.dims[y])
         c.op(node, L.Binary(fn), [y, x] if reverse else [x, y])
         c.set(node, out)
