@@ -41,9 +41,9 @@ NUMPY_BINARY = {
     "max": "np.maximum({}, {})",
     "min": "np.minimum({}, {})",
     "pow": "{} ** {}",
-    # comparisons: 1.0 / 0.0 in the operands' float type, as ncd's
+    # comparisons: bool arrays, as ncd's
     **{
-        fn: f"np.{name}({{0}}, {{1}}).astype(np.result_type({{0}}, {{1}}))"
+        fn: f"np.{name}({{0}}, {{1}})"
         for fn, name in (
             ("lt", "less"),
             ("le", "less_equal"),
@@ -54,6 +54,12 @@ NUMPY_BINARY = {
         )
     },
 }
+
+
+def _const(op: ops.Scalar) -> float | int:
+    """A whole constant of integer arithmetic as an int (NumPy keeps an integer array one)."""
+    whole = op.fn in ("add", "sub", "mul", "max", "min") and op.const.is_integer()
+    return int(op.const) if whole else op.const
 
 
 def _einsum(op: ops.Einsum, xs: list[str]) -> str:
@@ -79,7 +85,7 @@ RULES: dict[type, Rule] = {
     ops.Binary: lambda op, xs: NUMPY_BINARY[op.fn].format(*xs),
     # the constant parenthesised: "-1.5 ** x" would be -(1.5 ** x)
     ops.Scalar: lambda op, xs: NUMPY_BINARY[op.fn].format(
-        *((f"({op.const!r})", xs[0]) if op.reverse else (xs[0], f"({op.const!r})"))
+        *((f"({_const(op)!r})", xs[0]) if op.reverse else (xs[0], f"({_const(op)!r})"))
     ),
 }
 
@@ -103,9 +109,17 @@ def generate(graph: ncd.Graph) -> tuple[str, dict[int, Any]]:
             perm = [axes.index(a) for a in (*present, *core)]
             missing = [j for j, a in enumerate(node.loop) if a not in axes]
             lines.append(f"    a{k} = np.expand_dims(v{v}.transpose({perm}), {missing})")
-            if graph.values[v].dtype == "bool" and node.op.in_dtypes()[k] != "bool":
-                lines.append(f"    a{k} = a{k}.astype(np.float32)  # a bool counts as 0.0 / 1.0")
             xs.append(f"a{k}")
+        # a bool counts as 0.0 / 1.0 (0 / 1 beside integers), an integer beside a float is a
+        # float: ncd's promotions, in float64 where another input is
+        dts = tuple(graph.values[v].dtype for v in node.inputs)
+        floats = [f"a{k}" for k, d in enumerate(dts) if d.kind == "float"]
+        for k, to in enumerate(node.op.promotions(dts)):
+            if to is not None:
+                wide = (
+                    f"np.result_type(np.float32, {', '.join(floats)})" if floats else "np.float32"
+                )
+                lines.append(f"    a{k} = a{k}.astype({wide if to == 'float' else f'np.{to}'})")
         rule = extra.get(node.op.kind) or RULES.get(type(node.op))
         expr = (
             rule(node.op, xs)
@@ -128,6 +142,8 @@ def generate(graph: ncd.Graph) -> tuple[str, dict[int, Any]]:
                 f"    {outs}, = deferred[{i}](nodes[{i}].op, [{', '.join(xs)}], {ps}, ctx)"
             )
         for v in node.outputs:
+            if graph.values[v].dtype.kind in ("int", "bool"):  # NumPy may widen or float them
+                lines.append(f"    v{v} = np.asarray(v{v}).astype(np.{graph.values[v].dtype})")
             lines.append(f"    v{v} = np.broadcast_to(v{v}, {graph.shape(v)})")
     lines.append(f"    return [{', '.join(f'v{v}' for v in graph.outputs)}]")
     return "\n".join(lines) + "\n", deferred

@@ -323,6 +323,9 @@ class Op:
 
     kind: ClassVar[str] = ""
     category: ClassVar[str] = "other"
+    #: computes on integers as torch does (``Binary``, ``Scalar``, ``Unary``, ``Where``): see
+    #: ``promotions``
+    promotes_integers: ClassVar[bool] = False
 
     name: str = attrs.field(default="", kw_only=True, validator=_check_op_name)
     #: The op's float format (its parameters, float outputs and float inputs); ``None``: float32
@@ -387,8 +390,34 @@ class Op:
         want = self.in_dtypes()[k]
         return (
             f"takes {want} data",
-            f"feed it a {want} value (integer ids go only to ops.embedding)",
+            f"feed it a {want} value, or convert this one with ops.cast(ncd.{want}) (integers "
+            "take part as they are in add, sub, mul, max, min, neg, abs and where, and as ids "
+            "in ops.embedding and ops.gather)",
         )
+
+    def promotions(self, in_dtypes: tuple[str, ...]) -> tuple[DType | str | None, ...]:
+        """Per input, what the interpreters convert it to before the op computes: ``None`` (as
+        it is), an integer ``DType`` or ``"float"`` (the op's float arithmetic, whose width
+        each interpreter chooses as it does for floats). A bool where the op takes a float is
+        0.0 / 1.0, and 0 / 1 of the integer where the op gives one (integer arithmetic); with
+        ``promotes_integers``, an integer where the op gives a float (an integer plus a float,
+        a quotient of integers) is that float, as torch promotes."""
+        outs = [to_dtype(d) for d in self.out_dtypes(in_dtypes)]
+        gives = outs[0] if len(outs) == 1 else None
+        out: list[DType | str | None] = []
+        for d, slot in zip(in_dtypes, self.in_dtypes(), strict=True):
+            got, want = to_dtype(d), to_dtype(slot)
+            if want.kind == "bool" or got.kind == "float":
+                out.append(None)
+            elif gives is not None and gives.kind == "int" and self.promotes_integers:
+                out.append(None if got == gives else gives)
+            elif got.kind == "bool" and want.kind == "float":
+                out.append("float")
+            elif got.kind == "int" and self.promotes_integers and gives is not None:
+                out.append("float" if gives.kind == "float" else None)
+            else:
+                out.append(None)
+        return tuple(out)
 
     def float_format(self, in_dtypes: tuple[str, ...]) -> DType | None:
         """The one format every float input must have (formats meet only at ``ops.cast``):

@@ -216,7 +216,10 @@ def _binary(op: L.Binary, xs: list[Array], p: dict[str, Array], ctx: Context) ->
 @reference_rule(L.Scalar)
 def _scalar(op: L.Scalar, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
     fn = BINARY[op.fn]
-    return [fn(op.const, xs[0]) if op.reverse else fn(xs[0], op.const)]
+    c: float | int = op.const
+    if xs[0].dtype.kind in "iu" and op.const.is_integer() and op.fn in L.INTEGER_FNS:
+        c = int(op.const)  # integer arithmetic stays exact (NumPy 2 keeps the array's type)
+    return [fn(c, xs[0]) if op.reverse else fn(xs[0], c)]
 
 
 @reference_rule(L.Scale)
@@ -395,7 +398,7 @@ def evaluate(
             _upcast(_arrange(x, graph.values[v].axes, node.loop, core), graph.values[v].dtype)
             for x, v, core in zip(arrays, node.inputs, node.core_in, strict=True)
         ]
-        _promote_bools(node, xs)
+        _promote(node, xs, tuple(graph.values[v].dtype for v in node.inputs))
         ps = {p.name: _upcast(params[name], p.dtype) for name, p in node.params()}
         outs = node_hook(i, node, xs, ps, ctx) if node_hook is not None else None
         if outs is None:
@@ -413,15 +416,15 @@ def evaluate(
     return forward(graph, inputs, step)
 
 
-def _promote_bools(node: Node, xs: list[Array]) -> None:
-    """A bool array where the op takes a float, as 0.0 / 1.0 (in float64 when another input is,
-    else float32): torch's promotion of a mask in arithmetic, the same in every backend."""
-    slots = node.op.in_dtypes()
-    floats = [x.dtype for x, s in zip(xs, slots, strict=True) if x.dtype.kind == "f"]
+def _promote(node: Node, xs: list[Array], dtypes: tuple[str, ...]) -> None:
+    """Each input as ``Op.promotions`` says, the same in every backend: a bool where the op
+    takes a float as 0.0 / 1.0, an integer where it gives a float as that float (in float64
+    when another input is, else float32), a bool beside integers as 0 / 1 of the integer."""
+    floats = [x.dtype for x in xs if x.dtype.kind == "f"]
     wide = np.float64 if any(d == np.float64 for d in floats) else np.float32
-    for k, (x, slot) in enumerate(zip(xs, slots, strict=True)):
-        if x.dtype == np.bool_ and to_dtype(slot).kind == "float":
-            xs[k] = x.astype(wide)
+    for k, to in enumerate(node.op.promotions(dtypes)):
+        if to is not None:
+            xs[k] = xs[k].astype(wide if to == "float" else to_dtype(to).numpy)
 
 
 def _upcast(x: Array, fmt: DType) -> Array:
@@ -444,6 +447,8 @@ def _round(y: Array, fmt: DType) -> Array:
         return y
     if fmt == float64 and y.dtype != fmt.numpy and y.dtype.kind in "fiub":
         return y.astype(np.float64)
+    if fmt.kind == "int" and y.dtype != fmt.numpy:  # NumPy's int32 * int32 stays int32
+        return y.astype(fmt.numpy)
     return y
 
 

@@ -235,6 +235,7 @@ def _cases() -> list[Case]:
     cs.extend(_composed_reduction_cases())
     cs.extend(_shape_cases())
     cs.extend(_logic_cases())
+    cs.extend(_integer_cases())
     cs.append(Case("reduce_two_axes", lambda: ops.sum([_a("a", 7), _a("b", 13)]).over(_a("r", 1))))
     cs.append(Case("softmax_13", lambda: ops.softmax(_a("x", 13)).over(_a("r", 7))))
     cs.append(Case("softmax_1", lambda: ops.softmax(_a("x", 1)).over(_a("r", 7))))
@@ -666,6 +667,26 @@ def position_cases() -> list[PositionCase]:
     return out
 
 
+def _integer_cases() -> list[Case]:
+    """Integer arithmetic, exact as torch's: products past 2^24 (float32 would round them),
+    integers broadcast, a bool beside an integer (0 / 1 of it), an integer beside a float or
+    divided (a float), and a select of integers, at awkward sizes."""
+    r, c = _a("r", 7), _a("c", 13)
+    ids, row = ArrayType((r, c), "int64"), ArrayType((c,), "int64")
+    flags = ArrayType((r, c), "bool")
+    big = ops.mul(1000003.0) >> ops.mul(1000003.0) >> ops.sub(7.0)
+    built: list[tuple[str, Callable[[], Term], tuple[int, ...]]] = [
+        ("int_products_past_2_24", lambda: identity(ids) >> big >> ops.maximum(5.0), (0,)),
+        ("int_neg_abs", lambda: identity(ids) >> ops.sub(5.0) >> ops.neg() >> ops.abs(), (0,)),
+        ("int_binary_broadcast", lambda: identity(ids, row) >> ops.mul() >> big, (0, 1)),
+        ("int_minimum_bool", lambda: identity(ids, flags) >> ops.minimum() >> big, (0,)),
+        ("int_plus_float", lambda: identity(ids, (c,)) >> ops.add(), (0,)),
+        ("int_divided", lambda: identity(ids) >> ops.div(3.0), (0,)),
+        ("int_where", lambda: identity(flags, ids, ids) >> ops.where() >> big, (1, 2)),
+    ]
+    return [Case(n, b, int_inputs=k, tags=frozenset({"elementwise"})) for n, b, k in built]
+
+
 def _learned_add() -> Term:
     r, c = _a("r", 7), _a("c", 13)
     return identity([r, c]) @ ops.learned([c], name="bias") >> ops.add()
@@ -730,4 +751,8 @@ class BackendConformance:
             for g, w in zip(got, want, strict=True):
                 g = np.asarray(g)
                 assert g.shape == w.shape, f"{name}: shape {g.shape} != {w.shape}"
+                if w.dtype.kind in "iub":  # integers and bools: the same type, exactly
+                    assert g.dtype == w.dtype, f"{name}: {g.dtype}, the reference gives {w.dtype}"
+                    np.testing.assert_array_equal(g, w, err_msg=name)
+                    continue
                 np.testing.assert_allclose(g, w, rtol=self.rtol, atol=self.atol, err_msg=name)

@@ -154,22 +154,22 @@ class Emitter:
             self.arrange(v, node.loop, core)
             for v, core in zip(node.inputs, node.core_in, strict=True)
         ]
-        self._promote_bools(node, xs)
+        self._promote(node, xs)
         ps = {p.name: self.fx.get_attr(self._relative(full)) for full, p in node.params()}
         self.lead, self.loop = len(node.loop), tuple(node.loop)
         outs = rule(node.op, xs, ps, self)
         for v, y in zip(node.outputs, outs, strict=True):
             self.bind(v, y)
 
-    def _promote_bools(self, node: Node, xs: list[fx.Node]) -> None:
-        """A bool where the op takes a float, as 0.0 / 1.0 in the op's float format (float32
-        when it has none), as ``ncd.reference`` promotes it (torch would keep ``bool + bool`` a
-        bool, and refuse a bool in an einsum)."""
-        slots = node.op.in_dtypes()
+    def _promote(self, node: Node, xs: list[fx.Node]) -> None:
+        """Each input as ``Op.promotions`` says, as ``ncd.reference`` converts it: a bool where
+        the op takes a float as 0.0 / 1.0, an integer where it gives a float, in the op's float
+        format (float32 when it has none); a bool beside integers as 0 / 1 of the integer
+        (torch would keep ``bool + bool`` a bool, and refuse a bool in an einsum)."""
         dts = tuple(self.ncd.values[v].dtype for v in node.inputs)
-        for k, (v, slot) in enumerate(zip(node.inputs, slots, strict=True)):
-            if self.ncd.values[v].dtype == "bool" and to_dtype(slot).kind == "float":
-                fmt = node.op.float_format(dts) or float32
+        for k, to in enumerate(node.op.promotions(dts)):
+            if to is not None:
+                fmt = (node.op.float_format(dts) or float32) if to == "float" else to_dtype(to)
                 xs[k] = self.method(xs[k], "to", torch_dtype(fmt, f"{node.op.label}'s input"))
 
     def _relative(self, name: str) -> str:

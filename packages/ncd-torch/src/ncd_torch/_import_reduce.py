@@ -140,5 +140,10 @@ def _cumulative(c: Capture, node: Any) -> None:
     x = c.plain(node.args[0])
     i = _dim(c, node, x, node.args[1])
     make = ops.cumsum if c.aten(node) == "aten.cumsum" else ops.cumprod
-    _emit(c, node, x, make(c.axis(c.dims[x][i])))
+    term = make(c.axis(c.dims[x][i]))
+    if c.dtype(node.args[0]) in ("int32", "int64", "bool"):
+        # a running count (positions from a padding mask): summed in float32, exact to 2^24,
+        # then torch's integer type
+        term = ops.cast("float32") >> term >> ops.cast(c.dtype(node))
+    _emit(c, node, x, term)
     c.set(node, list(c.dims[x]), recorded=True)

@@ -451,6 +451,8 @@ def _reduce(c: Capture, node: Any) -> None:
     if any(v is None for v in gone):
         raise c.unsupported(node, "a reduction over a size-1 broadcast dim")
     steps: list[Any] = [L.Reduce(fn[name], tuple(c.axis(v) for v in gone))]
+    if c.dtype(node.args[0]) in ("int32", "int64"):  # an int64 mask's count: in float32
+        steps.insert(0, L.Cast("float32"))
     if name in ("aten.any", "aten.all"):
         steps = [L.Scalar("ne", 0.0), *steps, L.Scalar("ne", 0.0)]
     elif not c.dtype(node).startswith(("float", "bfloat")):

@@ -153,11 +153,16 @@ def _binary(op: L.Binary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> l
 
 @torch_rule(L.Scalar)
 def _scalar(op: L.Scalar, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
+    # a whole constant of integer arithmetic is a Python int: torch keeps an integer tensor
+    # an integer (and a float tensor its format either way)
+    c: float | int = op.const
+    if op.fn in L.INTEGER_FNS and op.const.is_integer() and abs(op.const) < 2.0**63:
+        c = int(op.const)
     if op.fn in ("max", "min"):  # symmetric: clamp keeps the tensor's dtype
         key = "min" if op.fn == "max" else "max"
-        return [em.call(torch.clamp, xs[0], **{key: op.const})]
+        return [em.call(torch.clamp, xs[0], **{key: c})]
     f = BINARY[op.fn]
-    return [em.call(f, op.const, xs[0]) if op.reverse else em.call(f, xs[0], op.const)]
+    return [em.call(f, c, xs[0]) if op.reverse else em.call(f, xs[0], c)]
 
 
 @torch_rule(L.Scale)

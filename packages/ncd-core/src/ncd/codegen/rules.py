@@ -144,9 +144,38 @@ def _ins(gen: KernelGen, node: Node, index: Index, k: int = 0) -> Expr:
     return gen.load(node.inputs[k], index)
 
 
+def _operands(gen: KernelGen, node: Node, index: Index) -> tuple[list[Expr], str | None]:
+    """The node's inputs converted as ``Op.promotions`` says (an integer where the op gives a
+    float, to the arithmetic type; a bool beside integers, to the integer), and the integer
+    type the node computes in (integer arithmetic, exact in C's ``long``/``int``), else
+    ``None``."""
+    g = gen.graph
+    dts = tuple(g.values[v].dtype for v in node.inputs)
+    xs = [_ins(gen, node, index, k) for k in range(len(node.inputs))]
+    for k, to in enumerate(node.op.promotions(dts)):
+        want = gen.cdtype if to == "float" else None if to is None else str(to)
+        if want is not None and not (want == gen.cdtype and xs[k].type.startswith("float")):
+            xs[k] = ir.Convert(xs[k], want)  # a bool load is already in arithmetic type
+    out = g.values[node.outputs[0]].dtype
+    return xs, (str(out) if out.kind == "int" else None)
+
+
+def _int_binary(fn: str, a: Expr, b: Expr) -> Expr:
+    """``a fn b`` of two integers of one type (``L.INTEGER_FNS``)."""
+    if fn == "max":
+        return ir.Select(a.cmp(">", b), a, b)
+    if fn == "min":
+        return ir.Select(a.cmp("<", b), a, b)
+    return {"add": a + b, "sub": a - b, "mul": a * b}[fn]
+
+
 @codegen_rule(L.Unary)
 def _unary(gen: KernelGen, node: Node, index: Index) -> Expr:
-    return UNARY_C[node.op.fn](gen, _ins(gen, node, index))  # type: ignore[attr-defined]
+    (x,), whole = _operands(gen, node, index)
+    fn = node.op.fn  # type: ignore[attr-defined]
+    if whole is not None:  # -ids, |offsets|
+        return -x if fn == "neg" else ir.Select(x.cmp("<", ir.Const(0, whole)), -x, x)
+    return UNARY_C[fn](gen, x)
 
 
 @codegen_rule(L.Activation)
@@ -167,14 +196,20 @@ def _activation(gen: KernelGen, node: Node, index: Index) -> Expr:
 
 @codegen_rule(L.Binary)
 def _binary(gen: KernelGen, node: Node, index: Index) -> Expr:
-    a, b = _ins(gen, node, index, 0), _ins(gen, node, index, 1)
+    (a, b), whole = _operands(gen, node, index)
+    if whole is not None:
+        return _int_binary(node.op.fn, a, b)  # type: ignore[attr-defined]
     return BINARY_C[node.op.fn](gen, a, b)  # type: ignore[attr-defined]
 
 
 @codegen_rule(L.Scalar)
 def _scalar(gen: KernelGen, node: Node, index: Index) -> Expr:
     op: L.Scalar = node.op  # type: ignore[assignment]
-    x, c = _ins(gen, node, index), gen.lit(op.const)
+    (x,), whole = _operands(gen, node, index)
+    if whole is not None:
+        k = ir.Const(int(op.const), whole)
+        return _int_binary(op.fn, k, x) if op.reverse else _int_binary(op.fn, x, k)
+    c = gen.lit(op.const)
     if op.fn == "pow" and op.const == 0.5 and not op.reverse:
         # NumPy and torch take x ** 0.5 as sqrt(x): NaN at -inf, where C's pow gives +inf
         return UNARY_C["sqrt"](gen, x)
@@ -552,7 +587,7 @@ def _parameter(gen: KernelGen, node: Node, index: Index) -> Expr:
 
 @codegen_rule(X.Where)
 def _where(gen: KernelGen, node: Node, index: Index) -> Expr:
-    c, x, y = (_ins(gen, node, index, k) for k in range(3))
+    (c, x, y), _ = _operands(gen, node, index)
     # NaN != 0 holds in C as in NumPy: a NaN condition selects x
     return ir.Select(c.cmp("!=", ir.Const(0, "int32")), x, y)
 
@@ -678,7 +713,9 @@ def _window(gen: KernelGen, node: Node, index: Index) -> Expr:
         ok = ir.Bin("&&", ok, (i % op.upsample).cmp("==", 0), "int32")
         i = i / op.upsample
     x = _ins(gen, node, {**rest, op.axis: _clamp(i, 0, n - 1)})
-    return ir.Select(ir.Bin("&&", ok, i.cmp("<", n), "int32"), x, gen.lit(op.fill))
+    out = gen.graph.values[node.outputs[0]].dtype
+    fill = ir.Const(int(op.fill), str(out)) if out.kind == "int" else gen.lit(op.fill)
+    return ir.Select(ir.Bin("&&", ok, i.cmp("<", n), "int32"), x, fill)
 
 
 @codegen_rule(BN.BatchNorm)

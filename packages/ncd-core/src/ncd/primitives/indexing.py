@@ -29,6 +29,7 @@ from ncd.op import (
     number_field,
     register_op,
 )
+from ncd.primitives.library import integer_result
 from ncd.reference import Context, check_indices, index_rule, reference_rule
 from ncd.streaming import ROLE_RULES
 
@@ -44,6 +45,7 @@ class Where(Op):
 
     kind: ClassVar[str] = "where"
     category: ClassVar[str] = "elementwise"
+    promotes_integers: ClassVar[bool] = True
 
     def signature(self) -> Signature:
         return ((), (), ()), ((),)
@@ -54,7 +56,8 @@ class Where(Op):
     def accepts(self, k: int, dtype: str) -> bool:
         if k == 0:
             return True  # a condition of any type: bool, a 0/1 float mask, integer ids
-        return to_dtype(dtype).kind in ("float", "bool")  # a bool value counts as 0.0 / 1.0
+        # a bool value counts as 0.0 / 1.0 (or 0 / 1 beside an integer)
+        return to_dtype(dtype).kind in ("float", "bool", "int")
 
     def float_format(self, in_dtypes: tuple[str, ...]) -> DType | None:
         if self.dtype is not None:
@@ -63,6 +66,9 @@ class Where(Op):
         return floats[0] if floats else None
 
     def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        whole = integer_result("pick", in_dtypes[1:], ("pick",))
+        if whole is not None:
+            return (whole,)  # integers selected stay integers
         if self.dtype is not None:
             return (self.dtype,)
         return (self.float_format(in_dtypes) or to_dtype("float32"),)

@@ -116,6 +116,21 @@ BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow", "lt", "le", "gt",
 #: no gradient
 COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 REDUCE_FNS = ("sum", "max", "mean", "min", "prod", "logsumexp")
+#: the functions of ``BINARY_FNS`` that keep integers integers, as torch's (a quotient or a
+#: power of integers is a float); ``INTEGER_UNARY`` the unary ones
+INTEGER_FNS = ("add", "sub", "mul", "max", "min")
+INTEGER_UNARY = ("neg", "abs")
+
+
+def integer_result(fn: str, in_dtypes: tuple[str, ...], fns: tuple[str, ...]) -> DType | None:
+    """The integer ``fn`` of ``in_dtypes`` gives (``fn`` in ``fns``, every input an integer or
+    a bool and one at least an integer): the widest of the integers, as torch's; else
+    ``None``."""
+    types = [to_dtype(d) for d in in_dtypes]
+    ints = [d for d in types if d.kind == "int"]
+    if fn not in fns or not ints or any(d.kind == "float" for d in types):
+        return None
+    return max(ints, key=lambda d: d.itemsize)
 
 
 #: the Fix of an eps out of range
@@ -199,10 +214,20 @@ class Unary(Op):
 
     kind: ClassVar[str] = "unary"
     category: ClassVar[str] = "elementwise"
+    promotes_integers: ClassVar[bool] = True
     fn: str = choice_field(UNARY_FNS)
 
     def signature(self) -> Signature:
         return ((),), ((),)
+
+    def accepts(self, k: int, dtype: str) -> bool:
+        if self.fn in INTEGER_UNARY and to_dtype(dtype).kind == "int":
+            return True  # -ids, |offsets|: integers
+        return super().accepts(k, dtype)
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        whole = integer_result(self.fn, in_dtypes, INTEGER_UNARY)
+        return (whole,) if whole is not None else super().out_dtypes(in_dtypes)
 
     @property
     def label(self) -> str:
@@ -251,16 +276,24 @@ class Binary(Op):
 
     kind: ClassVar[str] = "binary"
     category: ClassVar[str] = "elementwise"
+    promotes_integers: ClassVar[bool] = True
     fn: str = choice_field(BINARY_FNS)
 
     def signature(self) -> Signature:
         return ((), ()), ((),)
 
     def accepts(self, k: int, dtype: str) -> bool:
-        return self.fn in COMPARISONS or super().accepts(k, dtype)
+        return True  # floats, bools (0.0 / 1.0) and integers (integer arithmetic, as torch's)
 
     def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
-        return (bool_,) if self.fn in COMPARISONS else super().out_dtypes(in_dtypes)
+        if self.fn in COMPARISONS:
+            return (bool_,)
+        whole = integer_result(self.fn, in_dtypes, INTEGER_FNS)
+        if whole is not None:
+            return (whole,)
+        if self.dtype is None and not any(to_dtype(d).kind == "float" for d in in_dtypes):
+            return (self.format,)  # a quotient or power of integers: float32, as torch's
+        return super().out_dtypes(in_dtypes)
 
     @property
     def label(self) -> str:
@@ -274,6 +307,7 @@ class Scalar(Op):
 
     kind: ClassVar[str] = "scalar"
     category: ClassVar[str] = "elementwise"
+    promotes_integers: ClassVar[bool] = True
     fn: str = choice_field(BINARY_FNS)
     const: float = number_field(
         fix="pass a finite constant (mask with ops.causal_mask, not an infinite constant)"
@@ -284,10 +318,18 @@ class Scalar(Op):
         return ((),), ((),)
 
     def accepts(self, k: int, dtype: str) -> bool:
-        return self.fn in COMPARISONS or super().accepts(k, dtype)
+        return True  # floats, bools (0.0 / 1.0) and integers (integer arithmetic, as torch's)
 
     def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
-        return (bool_,) if self.fn in COMPARISONS else super().out_dtypes(in_dtypes)
+        if self.fn in COMPARISONS:
+            return (bool_,)
+        if self.const.is_integer() and abs(self.const) < 2.0**63:  # an integer constant
+            whole = integer_result(self.fn, in_dtypes, INTEGER_FNS)
+            if whole is not None:
+                return (whole,)
+        if self.dtype is None and not any(to_dtype(d).kind == "float" for d in in_dtypes):
+            return (self.format,)  # ids * 0.5, ids / 2: float32, as torch's
+        return super().out_dtypes(in_dtypes)
 
     @property
     def label(self) -> str:

@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 
 from ncd.axis import MAX_SIZE, Axis, show
+from ncd.dtypes import dtype as to_dtype
 from ncd.errors import DefinitionError, SizeError
 from ncd.op import Op, Signature, axis_field, count_field, flag_field, register_op
 from ncd.reference import Context, reference_rule
@@ -97,6 +98,24 @@ class Window(Op):
                     f"{self.padding}, dilation {self.dilation}) make {m}. Fix: leave the "
                     f"positions' size unset (it is derived) or declare {m}."
                 )
+
+    def accepts(self, k: int, dtype: str) -> bool:
+        if to_dtype(dtype).kind == "int":  # positions, ids: padded with a whole number
+            return math.isfinite(self.fill) and float(self.fill).is_integer()
+        return super().accepts(k, dtype)
+
+    def refusal(self, k: int, dtype: str) -> tuple[str, str]:
+        if to_dtype(dtype).kind == "int":
+            return (
+                f"pads integers with {self.fill:g}, which is no integer",
+                "pad integers with a whole number such as 0 (or cast them to a float first)",
+            )
+        return super().refusal(k, dtype)
+
+    def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        if to_dtype(in_dtypes[0]).kind == "int":
+            return (in_dtypes[0],)
+        return super().out_dtypes(in_dtypes)
 
     def constraint(self) -> WindowSize:
         return WindowSize(
