@@ -41,6 +41,8 @@ NUMPY_BINARY = {
     "max": "np.maximum({}, {})",
     "min": "np.minimum({}, {})",
     "pow": "{} ** {}",
+    "floordiv": "np.floor_divide({}, {})",
+    "mod": "np.remainder({}, {})",
     # comparisons: bool arrays, as ncd's
     **{
         fn: f"np.{name}({{0}}, {{1}})"
@@ -58,7 +60,9 @@ NUMPY_BINARY = {
 
 def _const(op: ops.Scalar) -> float | int:
     """A whole constant of integer arithmetic as an int (NumPy keeps an integer array one)."""
-    whole = op.fn in ("add", "sub", "mul", "max", "min") and op.const.is_integer()
+    whole = (
+        op.fn in ("add", "sub", "mul", "max", "min", "floordiv", "mod") and op.const.is_integer()
+    )
     return int(op.const) if whole else op.const
 
 

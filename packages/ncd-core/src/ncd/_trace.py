@@ -89,6 +89,18 @@ class Tensor:
     def __pow__(self, o: Any) -> Tensor:
         return self._binary("pow", o)
 
+    def __floordiv__(self, o: Any) -> Tensor:
+        return self._binary("floordiv", o)
+
+    def __rfloordiv__(self, o: Any) -> Tensor:
+        return self._binary("floordiv", o, True)
+
+    def __mod__(self, o: Any) -> Tensor:
+        return self._binary("mod", o)
+
+    def __rmod__(self, o: Any) -> Tensor:
+        return self._binary("mod", o, True)
+
     def __neg__(self) -> Tensor:
         from ncd import ops
 

@@ -688,8 +688,11 @@ def _unary(t: Tape, op: L.Unary, xs: list[int], ys: list[int], cts: Any, need: A
 def _binary(t: Tape, op: L.Binary, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     (a, b), y, ct = xs, ys[0], cts[0]
     fn = op.fn
-    if fn in L.COMPARISONS:
+    if fn in L.COMPARISONS or fn == "floordiv":
         return [None, None]  # a step in its operands: zero almost everywhere
+    if fn == "mod":  # a - b floor(a / b): the floor is a step
+        db = t.bin("mul", t.u("neg", ct), t.bin("floordiv", a, b)) if need[1] else None
+        return [ct, db]
     if fn == "add":
         return [ct, ct]
     if fn == "sub":
@@ -720,8 +723,10 @@ def _binary(t: Tape, op: L.Binary, xs: list[int], ys: list[int], cts: Any, need:
 def _scalar(t: Tape, op: L.Scalar, xs: list[int], ys: list[int], cts: Any, need: Any) -> Any:
     x, y, ct, c, rev = xs[0], ys[0], cts[0], op.const, op.reverse
     fn = op.fn
-    if fn in L.COMPARISONS:
+    if fn in L.COMPARISONS or fn == "floordiv":
         return [None]
+    if fn == "mod":  # x % c: slope 1; c % x: -floor(c / x)
+        return [t.bin("mul", t.u("neg", ct), t.sc("floordiv", x, c, reverse=True)) if rev else ct]
     if fn == "add":
         return [ct]
     if fn == "sub":

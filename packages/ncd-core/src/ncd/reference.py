@@ -131,6 +131,13 @@ def _activation_fn(op: L.Activation, x: Array) -> Array:
     return np.asarray(y)
 
 
+def _quietly(fn: Callable[[Any, Any], Array], a: Any, b: Any) -> Array:
+    """Python's ``//`` and ``%`` (NumPy's): an integer divided by 0 gives 0 (torch raises), a
+    float ``x // 0`` is ``x / 0`` and ``x % 0`` NaN; without NumPy's warnings for them."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return fn(a, b)
+
+
 BINARY: dict[str, Callable[[Any, Any], Array]] = {
     "add": np.add,
     "sub": np.subtract,
@@ -139,6 +146,8 @@ BINARY: dict[str, Callable[[Any, Any], Array]] = {
     "max": np.maximum,
     "min": np.minimum,
     "pow": np.power,
+    "floordiv": lambda a, b: _quietly(np.floor_divide, a, b),
+    "mod": lambda a, b: _quietly(np.remainder, a, b),
 }
 
 

@@ -675,6 +675,7 @@ def _integer_cases() -> list[Case]:
     ids, row = ArrayType((r, c), "int64"), ArrayType((c,), "int64")
     flags = ArrayType((r, c), "bool")
     big = ops.mul(1000003.0) >> ops.mul(1000003.0) >> ops.sub(7.0)
+    signed = ops.sub(5.0) @ ops.sub(4.0)
     built: list[tuple[str, Callable[[], Term], tuple[int, ...]]] = [
         ("int_products_past_2_24", lambda: identity(ids) >> big >> ops.maximum(5.0), (0,)),
         ("int_neg_abs", lambda: identity(ids) >> ops.sub(5.0) >> ops.neg() >> ops.abs(), (0,)),
@@ -683,6 +684,10 @@ def _integer_cases() -> list[Case]:
         ("int_plus_float", lambda: identity(ids, (c,)) >> ops.add(), (0,)),
         ("int_divided", lambda: identity(ids) >> ops.div(3.0), (0,)),
         ("int_where", lambda: identity(flags, ids, ids) >> ops.where() >> big, (1, 2)),
+        # signs either way and divisors of 0 (NumPy's 0) and -1 (a C division that may trap)
+        ("int_floordiv_signs", lambda: identity(ids, row) >> signed >> ops.floordiv(), (0, 1)),
+        ("int_mod_signs", lambda: identity(ids, row) >> signed >> ops.mod(), (0, 1)),
+        ("int_floordiv_const", lambda: identity(ids) >> ops.sub(5.0) >> ops.floordiv(-3.0), (0,)),
     ]
     return [Case(n, b, int_inputs=k, tags=frozenset({"elementwise"})) for n, b, k in built]
 

@@ -203,7 +203,7 @@ def _lane_epilogue(nodes: list[Any], form: LinearForm, renames: dict[Axis, Axis]
             continue
         if n.op.category == "view" and n.op.out_axes[0] in renames:
             continue
-        if not isinstance(n.op, LANE_OPS) or getattr(n.op, "fn", "") == "pow":
+        if not isinstance(n.op, LANE_OPS) or getattr(n.op, "fn", "") in ("pow", "floordiv", "mod"):
             return False
         if getattr(n.op, "seed", None) is not None:  # seeded dropout reads its position
             return False

@@ -101,6 +101,28 @@ def where(cond: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.where(cond if cond.dtype == torch.bool else cond != 0, x, y)
 
 
+def _integer_division(fn: Any, a: Any, b: Any) -> torch.Tensor:
+    """``fn(a, b)`` (``floor_divide``, ``remainder``; either may be a Python number) with ncd's
+    integer division by 0: 0, as NumPy's, where torch raises; floats as torch's (``x // 0`` is
+    ``x / 0``, ``x % 0`` NaN)."""
+    like = a if isinstance(a, torch.Tensor) else b
+    a, b = (torch.as_tensor(v, device=like.device) for v in (a, b))
+    if a.is_floating_point() or b.is_floating_point():
+        return fn(a, b)  # type: ignore[no-any-return]
+    zero = b == 0
+    return torch.where(zero, 0, fn(a, torch.where(zero, 1, b)))
+
+
+def floordiv(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a // b`` (floor division); an integer divided by 0 gives 0."""
+    return _integer_division(torch.floor_divide, a, b)
+
+
+def remainder(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a % b`` with the divisor's sign; an integer ``% 0`` gives 0."""
+    return _integer_division(torch.remainder, a, b)
+
+
 def sign(x: torch.Tensor) -> torch.Tensor:
     """``torch.sign`` that keeps a NaN a NaN (torch's gives 0), as ncd's ``sign``."""
     return torch.where(torch.isnan(x), x, torch.sign(x))

@@ -120,6 +120,8 @@ ARITH = {
     "aten.maximum": "max",
     "aten.minimum": "min",
     "aten.pow": "pow",
+    "aten.floor_divide": "floordiv",
+    "aten.remainder": "mod",
     # comparisons of activations: 1.0 / 0.0 (torch's bools) for where, masked_fill, casts
     **{f"aten.{fn}": fn for fn in COMPARISONS},
 }
@@ -353,8 +355,10 @@ def _arith(c: Capture, node: Any) -> None:
 
 
 def _arith_value(c: Capture, node: Any, fn: str, a: Any, b: Any) -> None:
-    if node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("rounding_mode") is not None:
-        raise c.unsupported(node, "alpha or rounding_mode")
+    if fn == "div" and node.kwargs.get("rounding_mode") == "floor":
+        fn = "floordiv"  # torch.div(a, b, rounding_mode="floor") is a // b
+    if node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("rounding_mode") not in (None, "floor"):
+        raise c.unsupported(node, "alpha or rounding_mode='trunc'")
     reverse = c.aten(node) == "aten.rsub"
     if fn == "add" and _additive_mask(c, node, a, b):
         return

@@ -93,6 +93,8 @@ BINARY: dict[str, Callable[..., Any]] = {
     "min": torch.minimum,
     # not operator.pow: fx prints it infix, and a negative constant base, -1.5 ** x, is -(1.5 ** x)
     "pow": torch.pow,
+    "floordiv": fn.floordiv,
+    "mod": fn.remainder,
     # comparisons: 1.0 / 0.0 in the operands' float dtype, as ncd's
     **{name: getattr(fn, name) for name in L.COMPARISONS},
 }

@@ -54,6 +54,9 @@ C_MATH: dict[str, str] = {
     "erf": "erf",
     "tanh": "tanh",
     "pow": "pow",
+    "fmod": "fmod",
+    "copysign": "copysign",
+    "floor": "floor",
 }
 
 

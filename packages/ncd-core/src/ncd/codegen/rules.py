@@ -128,7 +128,53 @@ BINARY_C: dict[str, B] = {
     "max": lambda g, a, b: g.call("fmax", a, b),
     "min": lambda g, a, b: g.call("fmin", a, b),
     "pow": lambda g, a, b: g.call("pow", a, b),
+    "floordiv": lambda g, a, b: _divmod(g, a, b)[0],
+    "mod": lambda g, a, b: _divmod(g, a, b)[1],
 }
+
+
+def _either(a: Expr, b: Expr) -> Expr:
+    return ir.Bin("||", a, b, "int32")
+
+
+def _both(a: Expr, b: Expr) -> Expr:
+    return ir.Bin("&&", a, b, "int32")
+
+
+def _divmod(gen: KernelGen, a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """NumPy's divmod of floats, Python's semantics: ``(floor(a / b), a - b floor(a / b))``,
+    the remainder with the divisor's sign (``fmod`` corrected), the quotient rounded as
+    NumPy's so that ``-1 // inf`` is -1; ``b == 0``: ``a / b`` and NaN."""
+    zero = gen.lit(0.0)
+    m = gen.let(gen.call("fmod", a, b))
+    fix = gen.let(
+        _both(m.cmp("!=", zero), b.cmp("<", zero).cmp("!=", m.cmp("<", zero))), "fix", "int32"
+    )
+    rem = ir.Select(fix, m + b, ir.Select(m.cmp("!=", zero), m, gen.call("copysign", zero, b)))
+    d = gen.let(ir.Select(fix, (a - m) / b - gen.lit(1.0), (a - m) / b))
+    f = gen.let(gen.call("floor", d))
+    rounded = ir.Select((d - f).cmp(">", gen.lit(0.5)), f + gen.lit(1.0), f)
+    q = ir.Select(d.cmp("!=", zero), rounded, gen.call("copysign", zero, a / b))
+    return ir.Select(b.cmp("==", zero), a / b, q), rem
+
+
+def _int_divmod(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """Floor division and remainder of integers (Python's, NumPy's): C's truncating ``/`` and
+    ``%`` corrected where the remainder's sign differs from the divisor's. A divisor of 0
+    gives 0 and 0 (NumPy's; torch raises), and -1 is taken apart (``x / -1`` may trap), so no
+    division traps."""
+    t = a.type
+    zero, one = ir.Const(0, t), ir.Const(1, t)
+    none, minus = b.cmp("==", zero), b.cmp("==", ir.Const(-1, t))
+    safe = ir.Select(_either(none, minus), one, b)
+    q, r = a / safe, a % safe
+    fix = _both(r.cmp("!=", zero), r.cmp("<", zero).cmp("!=", safe.cmp("<", zero)))
+    q = ir.Select(fix, q - one, q)
+    r = ir.Select(fix, r + safe, r)
+    return (
+        ir.Select(none, zero, ir.Select(minus, zero - a, q)),
+        ir.Select(_either(none, minus), zero, r),
+    )
 
 
 def _comparison(c: str) -> B:
@@ -166,6 +212,8 @@ def _int_binary(fn: str, a: Expr, b: Expr) -> Expr:
         return ir.Select(a.cmp(">", b), a, b)
     if fn == "min":
         return ir.Select(a.cmp("<", b), a, b)
+    if fn in ("floordiv", "mod"):
+        return _int_divmod(a, b)[fn == "mod"]
     return {"add": a + b, "sub": a - b, "mul": a * b}[fn]
 
 

@@ -37,11 +37,12 @@ VECTOR_OPS: tuple[type, ...] = (
 
 def has_vector_rule(op: object) -> bool:
     """Whether ``op``'s rule is valid on vector operands: its class is in ``VECTOR_OPS``, and it
-    is not ``pow``, ``logsumexp`` (its finite-shift select) nor seeded dropout (whose mask
+    is not ``pow``, ``logsumexp`` (its finite-shift select), ``floordiv``/``mod`` (their
+    selects) nor seeded dropout (whose mask
     hashes each element's scalar position)."""
     return (
         isinstance(op, VECTOR_OPS)
-        and getattr(op, "fn", "") not in ("pow", "logsumexp")
+        and getattr(op, "fn", "") not in ("pow", "logsumexp", "floordiv", "mod")
         and getattr(op, "seed", None) is None
     )
 

@@ -132,6 +132,7 @@ __all__ = [
     "expm1",
     "flip",
     "floor",
+    "floordiv",
     "gather",
     "ge",
     "gelu",
@@ -163,6 +164,7 @@ __all__ = [
     "min_with_indices",
     "minimum",
     "mish",
+    "mod",
     "mul",
     "ne",
     "neg",
@@ -342,6 +344,19 @@ def div(const: float | None = None, *, reverse: bool = False, name: str = "") ->
 
 def pow(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:
     return _bin("pow", const, reverse, name)
+
+
+def floordiv(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:
+    """``floor(x / y)`` (torch's ``floor_divide``, Python's ``//``): integers stay integers
+    (a division by 0 gives 0, where torch raises); floats follow NumPy (``x / 0`` at 0)."""
+    return _bin("floordiv", const, reverse, name)
+
+
+def mod(const: float | None = None, *, reverse: bool = False, name: str = "") -> Term:
+    """``x - y floor(x / y)``, with the divisor's sign (torch's ``remainder``, Python's
+    ``%``): integers stay integers (``% 0`` gives 0, where torch raises); a float ``% 0`` is
+    NaN."""
+    return _bin("mod", const, reverse, name)
 
 
 def maximum(const: float | None = None, *, name: str = "") -> Term:

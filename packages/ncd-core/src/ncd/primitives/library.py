@@ -110,7 +110,12 @@ STEP_FNS = ("floor", "ceil", "round", "trunc", "sign")
 #: leaky_relu(x; negative_slope=0.01), elu(x; alpha=1), celu(x; alpha=1),
 #: softplus(x; beta=1, threshold=20)
 ACTIVATION_FNS = ("leaky_relu", "elu", "celu", "softplus")
-BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "pow", "lt", "le", "gt", "ge", "eq", "ne")
+#: ``floordiv`` is torch's ``floor_divide`` (``floor(a / b)``), ``mod`` its ``remainder``
+#: (``a - b floor(a / b)``: the divisor's sign, as Python's ``%``)
+BINARY_FNS = (
+    "add", "sub", "mul", "div", "max", "min", "pow", "floordiv", "mod",
+    "lt", "le", "gt", "ge", "eq", "ne",
+)  # fmt: skip
 #: the comparisons of ``BINARY_FNS``: a ``bool`` wire, true where ``a op b`` holds (IEEE: any
 #: comparison with NaN is false but ``ne``); operands of any kind (an int compares as a float);
 #: no gradient
@@ -118,7 +123,7 @@ COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "
 REDUCE_FNS = ("sum", "max", "mean", "min", "prod", "logsumexp")
 #: the functions of ``BINARY_FNS`` that keep integers integers, as torch's (a quotient or a
 #: power of integers is a float); ``INTEGER_UNARY`` the unary ones
-INTEGER_FNS = ("add", "sub", "mul", "max", "min")
+INTEGER_FNS = ("add", "sub", "mul", "max", "min", "floordiv", "mod")
 INTEGER_UNARY = ("neg", "abs")
 
 
