@@ -138,3 +138,24 @@ def test_a_grid_of_constant_ranges_indexes_and_a_diagonal_is_refused() -> None:
     assert np.array_equal(ncd.run(model, x.numpy(), params=params), Grid()(x).numpy())
     with pytest.raises(TorchImportError, match="run along a broadcast dim of their own"):
         from_torch(Diagonal(), (torch.randn(5, 5),))
+
+
+def test_a_window_wider_than_the_example_keeps_the_length_bound() -> None:
+    """A 16-key sliding window over 9 tokens reads as a causal mask: right up to 16 tokens
+    only, so the length stays the example's (a typed error at another), the batch free."""
+    T = transformers
+    cfg = T.MistralConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64, sliding_window=16,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    module = Masked(T.MistralForCausalLM(cfg).eval())
+    model, params = from_torch(module, _batch(2, 9, 0))
+    assert [v.label for v in model.config().free] == ["batch"]
+    ids, mask = _batch(3, 9, 1)
+    with torch.no_grad():
+        want = module(ids, mask).numpy()
+    assert np.abs(ncd.run(model, ids.numpy(), mask.numpy(), params=params) - want).max() < 1e-5
+    with pytest.raises(ncd.SizeError):
+        ids, mask = _batch(2, 20, 1)
+        ncd.run(model, ids.numpy(), mask.numpy(), params=params)

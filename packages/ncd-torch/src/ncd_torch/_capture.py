@@ -116,6 +116,8 @@ class Capture(ViewsMixin):
         # from a registered tril buffer); rules read these values, nothing is recorded for them
         #: records of blocks whose results nothing reads, which the rebuilt model leaves out
         self.unread: set[str] = set()
+        #: the spans of the local masks (sliding windows, chunks) transformers built
+        self.local_spans: list[int] = []
         self.folded: dict[str, Any] = {}
         self.static = self._static_nodes()
         self.problems: list[Problem] = []

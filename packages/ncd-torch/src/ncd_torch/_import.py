@@ -196,7 +196,9 @@ def origin_of(model: Any) -> Imported | None:
 
 def _read(module: Any, inputs: tuple[Any, ...]) -> Capture:
     """Capture ``module`` and read its graph into records over settled axis variables."""
-    c = Capture(_capture(module, inputs), type(module).__name__)
+    program, spans = _capture(module, inputs)
+    c = Capture(program, type(module).__name__)
+    c.local_spans = spans
     c.run()
     c.axes.finish()
     return c
@@ -287,7 +289,11 @@ def _free(module: Any, inputs: tuple[Any, ...], c: Capture, model: Any) -> Any:
     graph = model.graph
     fixed = {a.uid for n in graph.nodes for p in n.op.params() for a in p.axes}
     fixed |= {c.axes.axis(v).uid for v in c.pinned}
-    for labels in (("batch", "seq", "seq_k"), ("batch",)):
+    # a window or chunk of keys no shorter than the example read as causal there: it means
+    # the same only up to that span, so the length stays the example's
+    lengths = [c.axes.size[v] for n in c.user_inputs for v in c.dims[n] if c.axes.name(v) == "seq"]
+    hidden = any(s >= n for s in c.local_spans for n in lengths)
+    for labels in (("batch",),) if hidden else (("batch", "seq", "seq_k"), ("batch",)):
         other = _other_inputs(c, inputs, labels)
         second = _second(module, other) if other is not None else None
         if second is None or _shape_free(second.graph) != _shape_free(graph):
@@ -339,20 +345,21 @@ def _node(program: Any, name: str) -> Any:
     return next(n for n in program.graph.nodes if n.name == name)
 
 
-def _capture(module: Any, inputs: tuple[Any, ...]) -> Any:
-    """``torch.export`` first; if it fails, export the ``torch.fx`` symbolic trace instead."""
+def _capture(module: Any, inputs: tuple[Any, ...]) -> tuple[Any, list[int]]:
+    """``torch.export`` first; if it fails, export the ``torch.fx`` symbolic trace instead.
+    With the spans of the local (sliding-window, chunked) masks transformers built."""
     import torch
 
     from ncd_torch._import_hf import masks_without_vmap
 
     try:
-        with masks_without_vmap():
-            return torch.export.export(module, inputs)
+        with masks_without_vmap() as spans:
+            return torch.export.export(module, inputs), spans
     except Exception as first:
         try:
             traced = torch.fx.symbolic_trace(module)
-            with masks_without_vmap():
-                return torch.export.export(traced, inputs)
+            with masks_without_vmap() as spans:
+                return torch.export.export(traced, inputs), spans
         except Exception:
             raise TorchImportError(
                 f"from_torch could not capture {type(module).__name__}: torch.export failed with "

@@ -35,24 +35,41 @@ def _broadcast_bhqkv(mask_function: Callable[..., Any], bh_indices: bool = True)
     return at
 
 
+def _noting(make: Callable[..., Any], spans: list[int]) -> Callable[..., Any]:
+    """``make`` (a sliding-window or chunked mask function's factory), noting its span."""
+
+    def noted(span: int, *args: Any, **kwargs: Any) -> Any:
+        spans.append(int(span))
+        return make(span, *args, **kwargs)
+
+    return noted
+
+
+#: the factories of masks that attend to a span of keys only (a window, a chunk)
+_LOCAL = ("sliding_window_causal_mask_function", "chunked_causal_mask_function")
+
+
 @contextlib.contextmanager
-def masks_without_vmap() -> Iterator[None]:
+def masks_without_vmap() -> Iterator[list[int]]:
     """Inside the block, transformers (when it is imported) evaluates mask functions by
-    broadcasting rather than ``torch.vmap``; restored on leaving, also on an error."""
+    broadcasting rather than ``torch.vmap``; restored on leaving, also on an error. Yields
+    the spans (sliding windows, chunks) of the local masks built meanwhile: a span no shorter
+    than the example reads as a causal mask, which means the same only up to that length."""
+    spans: list[int] = []
     utils: Any = sys.modules.get("transformers.masking_utils")
     if utils is None or not hasattr(utils, "_vmap_for_bhqkv"):
-        yield
+        yield spans
         return
-    saved = {
-        k: getattr(utils, k)
-        for k in ("_vmap_for_bhqkv", "TransformGetItemToIndex")
-        if hasattr(utils, k)
-    }
+    names = ("_vmap_for_bhqkv", "TransformGetItemToIndex", *_LOCAL)
+    saved = {k: getattr(utils, k) for k in names if hasattr(utils, k)}
     utils._vmap_for_bhqkv = _broadcast_bhqkv
     if "TransformGetItemToIndex" in saved:  # vmap's indexing helper: plain indexing instead
         utils.TransformGetItemToIndex = contextlib.nullcontext
+    for k in _LOCAL:
+        if k in saved:
+            setattr(utils, k, _noting(saved[k], spans))
     try:
-        yield
+        yield spans
     finally:
         for k, v in saved.items():
             setattr(utils, k, v)
