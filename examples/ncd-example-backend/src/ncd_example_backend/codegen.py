@@ -60,10 +60,7 @@ NUMPY_BINARY = {
 
 def _const(op: ops.Scalar) -> float | int:
     """A whole constant of integer arithmetic as an int (NumPy keeps an integer array one)."""
-    whole = (
-        op.fn in ("add", "sub", "mul", "max", "min", "floordiv", "mod") and op.const.is_integer()
-    )
-    return int(op.const) if whole else op.const
+    return op.const if op.whole is None else op.whole
 
 
 def _einsum(op: ops.Einsum, xs: list[str]) -> str:

@@ -226,8 +226,8 @@ def _binary(op: L.Binary, xs: list[Array], p: dict[str, Array], ctx: Context) ->
 def _scalar(op: L.Scalar, xs: list[Array], p: dict[str, Array], ctx: Context) -> list[Array]:
     fn = BINARY[op.fn]
     c: float | int = op.const
-    if xs[0].dtype.kind in "iu" and op.const.is_integer() and op.fn in L.INTEGER_FNS:
-        c = int(op.const)  # integer arithmetic stays exact (NumPy 2 keeps the array's type)
+    if xs[0].dtype.kind in "iu" and op.whole is not None:
+        c = op.whole  # integer arithmetic stays exact (NumPy 2 keeps the array's type)
     return [fn(c, xs[0]) if op.reverse else fn(xs[0], c)]
 
 

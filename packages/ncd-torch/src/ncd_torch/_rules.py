@@ -157,9 +157,7 @@ def _binary(op: L.Binary, xs: list[Node], ps: dict[str, Node], em: Emitter) -> l
 def _scalar(op: L.Scalar, xs: list[Node], ps: dict[str, Node], em: Emitter) -> list[Node]:
     # a whole constant of integer arithmetic is a Python int: torch keeps an integer tensor
     # an integer (and a float tensor its format either way)
-    c: float | int = op.const
-    if op.fn in L.INTEGER_FNS and op.const.is_integer() and abs(op.const) < 2.0**63:
-        c = int(op.const)
+    c: float | int = op.const if op.whole is None else op.whole
     if op.fn in ("max", "min"):  # symmetric: clamp keeps the tensor's dtype
         key = "min" if op.fn == "max" else "max"
         return [em.call(torch.clamp, xs[0], **{key: c})]

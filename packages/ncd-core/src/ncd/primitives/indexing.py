@@ -66,7 +66,7 @@ class Where(Op):
         return floats[0] if floats else None
 
     def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
-        whole = integer_result("pick", in_dtypes[1:], ("pick",))
+        whole = integer_result("where", in_dtypes[1:])
         if whole is not None:
             return (whole,)  # integers selected stay integers
         if self.dtype is not None:

@@ -127,13 +127,15 @@ INTEGER_FNS = ("add", "sub", "mul", "max", "min", "floordiv", "mod")
 INTEGER_UNARY = ("neg", "abs")
 
 
-def integer_result(fn: str, in_dtypes: tuple[str, ...], fns: tuple[str, ...]) -> DType | None:
-    """The integer ``fn`` of ``in_dtypes`` gives (``fn`` in ``fns``, every input an integer or
-    a bool and one at least an integer): the widest of the integers, as torch's; else
-    ``None``."""
+def integer_result(
+    fn: str, in_dtypes: tuple[str, ...], fns: tuple[str, ...] | None = None
+) -> DType | None:
+    """The integer ``fn`` of ``in_dtypes`` gives (``fn`` in ``fns``, or any ``fn`` without
+    ``fns``; every input an integer or a bool and one at least an integer): the widest of the
+    integers, as torch's; else ``None``."""
     types = [to_dtype(d) for d in in_dtypes]
     ints = [d for d in types if d.kind == "int"]
-    if fn not in fns or not ints or any(d.kind == "float" for d in types):
+    if (fns is not None and fn not in fns) or not ints or any(d.kind == "float" for d in types):
         return None
     return max(ints, key=lambda d: d.itemsize)
 
@@ -328,13 +330,21 @@ class Scalar(Op):
     def out_dtypes(self, in_dtypes: tuple[str, ...]) -> tuple[str, ...]:
         if self.fn in COMPARISONS:
             return (bool_,)
-        if self.const.is_integer() and abs(self.const) < 2.0**63:  # an integer constant
+        if self.whole is not None:
             whole = integer_result(self.fn, in_dtypes, INTEGER_FNS)
             if whole is not None:
                 return (whole,)
         if self.dtype is None and not any(to_dtype(d).kind == "float" for d in in_dtypes):
             return (self.format,)  # ids * 0.5, ids / 2: float32, as torch's
         return super().out_dtypes(in_dtypes)
+
+    @property
+    def whole(self) -> int | None:
+        """The constant as an int where it takes part in integer arithmetic (a whole number in
+        range, ``fn`` in ``INTEGER_FNS``): every interpreter keeps an integer operand an integer
+        with it. ``None`` otherwise."""
+        c = self.const
+        return int(c) if self.fn in INTEGER_FNS and c.is_integer() and abs(c) < 2.0**63 else None
 
     @property
     def label(self) -> str:
