@@ -75,7 +75,7 @@ def test_the_recorded_choices_are_the_templates_that_render(name: str) -> None:
 
 
 def test_default_choices_are_the_template_constants() -> None:
-    plan = ncd.plan(GPT, target="opencl")
+    plan = ncd.plan(GPT, target="opencl", lanes=8)
     att = next(k for k in plan.kernels if k.streamed)
     x = att.streamed[0]
     seq = next(a for a in att.axes() if a.name == "seq")
@@ -85,6 +85,19 @@ def test_default_choices_are_the_template_constants() -> None:
     assert (mm.chosen(seq), mm.chosen(dm), mm.chosen(seq, 1), mm.chosen(dm, 1)) == (32, 16, 4, 2)
     ln = plan.kernels[1]
     assert [(p.kind, p.tile, p.level) for p in ln.choices] == [("stream", 8, 1)]
+
+
+def test_sixteen_lanes_record_the_panel_gemm_tiles() -> None:
+    # 8 rows x one 32-column panel per work-item, 16 work-items along the rows (64 rows: 8)
+    plan = ncd.plan(GPT, target="opencl", lanes=16)
+    mm = next(k for k in plan.kernels if k.name == "k4_linear_binary")
+    seq = next(a for a in mm.axes() if a.name == "seq")
+    dm = next(a for a in mm.axes() if a.name == "d_model" and mm.chosen(a) is not None)
+    assert (mm.chosen(seq), mm.chosen(dm), mm.chosen(seq, 1), mm.chosen(dm, 1)) == (64, 32, 8, 32)
+    src = generate(GPT.graph, plan=plan, lanes=16)
+    text = next(k.text for k in src.kernels if k.name == "k4_linear_binary")
+    assert "float16 c7_1" in text and "pan + k * 32" in text
+    assert any(b.panel == 32 for k in src.kernels for b in k.buffers)
 
 
 @pytest.fixture
@@ -193,7 +206,26 @@ def test_gpt_with_user_tiles_runs_like_the_reference() -> None:
 )
 def test_tiles_a_template_cannot_render_are_refused(tiles: dict[Any, int], match: str) -> None:
     with pytest.raises(ncd.ScheduleError, match=match):
-        ncd.plan(GPT, target="opencl", tiles=tiles)
+        ncd.plan(GPT, target="opencl", tiles=tiles, lanes=8)
+
+
+@pytest.mark.parametrize(
+    ("tiles", "match"),
+    [
+        ({("k4_*", "seq", 1): 4}, r"8 rows x 32 columns per work-item only.*Fix:"),
+        ({("k4_*", "seq", 0): 12}, r"work-group tile of 12 rows.*no multiple of the 8.*Fix:"),
+    ],
+)
+def test_panel_tiles_it_cannot_render_are_refused(tiles: dict[Any, int], match: str) -> None:
+    with pytest.raises(ncd.ScheduleError, match=match):
+        ncd.plan(GPT, target="opencl", tiles=tiles, lanes=16)
+
+
+def test_a_width_other_than_8_or_16_is_refused() -> None:
+    with pytest.raises(ncd.ScheduleError, match=r"lanes=4.*8 or 16.*Fix:"):
+        ncd.plan(GPT, target="opencl", lanes=4)
+    with pytest.raises(ncd.ScheduleError, match=r"lanes=True.*Fix:"):
+        ncd.compile(GPT, "opencl", lanes=True)
 
 
 def test_private_scores_of_the_chunked_attention_are_bounded() -> None:

@@ -6,6 +6,7 @@ planned kernel, which ``ncd compile --emit`` writes out and the runtime builds.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,14 +32,15 @@ __all__ = [
 ]
 
 
-def templates(tiled: bool = True, local: bool = False) -> list[Any]:
+def templates(tiled: bool = True, local: bool = False, lanes: int = 8) -> list[Any]:
     from ncd_opencl.convolve import conv_template
     from ncd_opencl.matmul import tiled_template, tiled_template_local
     from ncd_opencl.outer import outer_template
 
     out: list[Any] = [streamed_template]
     if tiled:
-        out += [tiled_template_local if local else tiled_template, conv_template, outer_template]
+        matmul = tiled_template_local if local else functools.partial(tiled_template, lanes=lanes)
+        out += [matmul, conv_template, outer_template]
     out.append(vector_template)
     return out
 
@@ -52,6 +54,7 @@ def generate(
     plan: FusionPlan | None = None,
     tiles: Mapping[Any, int] | None = None,
     wide: bool = False,
+    lanes: int = 8,
 ) -> Generated:
     """Render ``plan`` (default: ``opencl_plan(graph, fuse, tiled, local, tiles)``, which is
     what ``ncd.plan(model, target="opencl")`` returns). ``local``: stage matmul tiles in
@@ -60,12 +63,15 @@ def generate(
     graph must be ``graph``, its target ``"opencl"`` or ``None`` (ncd's own plan, rendered
     with the templates' default tiles). Sizes still free in ``graph`` become kernel
     arguments (one program serves every length); ``wide``: 64-bit indices and size
-    arguments throughout (the build for arrays past 2^31 - 1 elements)."""
+    arguments throughout (the build for arrays past 2^31 - 1 elements); ``lanes``: the
+    device's native float vector width (``native_lanes``; 16 renders the panel GEMM for
+    float32 weight parameters, whose ``Buffer.panel`` the runtime packs: the default, 8,
+    keeps the output of a generation without a device the same on every host)."""
     from ncd.errors import ScheduleError
     from ncd_opencl.schedule import check, opencl_plan
 
     if plan is None:
-        plan = opencl_plan(graph, fuse, tiled, local, tiles)
+        plan = opencl_plan(graph, fuse, tiled, local, tiles, lanes)
     else:
         check_given_plan(plan, graph, "opencl")
         if tiles:
@@ -73,10 +79,10 @@ def generate(
                 "generate(plan=..., tiles=...): tiles belong to the plan. Fix: "
                 "ncd.plan(model, target='opencl', tiles=...) and pass that plan."
             )
-        check(plan, local)
+        check(plan, local, lanes)
     layouts = choose_layouts(plan)
     rules = target_rules("opencl")
-    tpl = templates(tiled, local)
+    tpl = templates(tiled, local, lanes)
     kernels = [render_kernel(k, OPENCL, rules, layouts, tpl, wide) for k in plan.kernels]
     return Generated(graph, _rendered(plan, kernels), assemble(kernels), layouts, program_preamble)
 

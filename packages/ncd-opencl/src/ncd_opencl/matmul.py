@@ -33,19 +33,24 @@ RM, RN, VW = 4, 2, 8  # rows, columns per work-item; vector width
 WG_M, WG_N = 8, 8  # work-items per group along rows and columns
 KC = 256  # contracted elements per chunk (cache blocking)
 KL = 32  # contracted elements per __local tile (local staging)
+#: the panel GEMM (devices with 16-float vectors, AVX-512 under PoCL): rows per work-item,
+#: 16-float vectors per row (``PANEL_LANES * PANEL_RV`` columns: one panel of the weight), and
+#: work-items per group along rows (they stream the same panel through the cache)
+PANEL_LANES, PANEL_RM, PANEL_RV, PANEL_WG = 16, 8, 2, 16
+PANEL = PANEL_LANES * PANEL_RV
 
 
 def clamped_rows(
-    gen: KernelGen, buf: Any, axes: Any, zero: dict[Axis, str], total: Size
+    gen: KernelGen, buf: Any, axes: Any, zero: dict[Axis, str], total: Size, count: int = RM
 ) -> list[tuple[str, dict[Axis, Any]]]:
-    """The ``RM`` rows of block ``mb`` over the flattened ``axes`` (``total`` of them), each
+    """The ``count`` rows of block ``mb`` over the flattened ``axes`` (``total`` of them), each
     clamped to the last one, with a pointer ``a<i>`` to its start in ``buf`` (the ``zero``
     axes at 0): (the row's index variable, its index per axis)."""
     w, d, it = gen.w, gen.dialect, gen.itype
     rows = []
-    for i in range(RM):
+    for i in range(count):
         m = gen.unique(f"m{i}")
-        w.line(f"const {it} {m} = min(mb * {RM} + {i}, {gen.index_lit(total - 1)});")
+        w.line(f"const {it} {m} = min(mb * {count} + {i}, {gen.index_lit(total - 1)});")
         env = gen.split(axes, m)
         rows.append((m, env))
         w.line(
@@ -54,7 +59,7 @@ def clamped_rows(
     return rows
 
 
-def _contiguous(buf: Any, axes: tuple[Axis, ...], sizes: dict[Axis, Size]) -> bool:
+def _contiguous(buf: Any, axes: tuple[Axis, ...]) -> bool:
     """The axes are the buffer's last ones, in order (one unit-stride run)."""
     return tuple(buf.axes[len(buf.axes) - len(axes) :]) == tuple(axes)
 
@@ -64,7 +69,25 @@ def tiled_template_local(gen: KernelGen) -> KernelSource | None:
     return tiled_template(gen, local=True)
 
 
-def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
+def panel_form(g: Any, form: LinearForm, lanes: int) -> bool:
+    """The panel GEMM renders ``form`` with ``lanes``-float vectors: 16 of them (AVX-512), a
+    float32 weight parameter (which the runtime packs in panels: ``Buffer.panel``), float32
+    rows, at least one panel of columns and, where the rows are known, one block of them."""
+    if lanes != PANEL_LANES or isinstance(form.weight, int):
+        return False
+    node, pname = form.weight
+    p = next(p for p in node.op.params() if p.name == pname)
+    if p.dtype != "float32" or g.values[form.x].dtype != "float32":
+        return False
+    if tuple(p.axes) != (*form.out_axes, *form.in_axes):
+        return False  # packed as (out.., in..): the runtime splits the first len(out) axes
+    sizes = [g.size(a) for a in form.loop]
+    rows = None if any(n is None for n in sizes) else math.prod(sizes)
+    cols = math.prod(int(g.size(a) or 0) for a in form.out_axes)
+    return cols >= PANEL and (rows is None or rows >= PANEL_RM)
+
+
+def tiled_template(gen: KernelGen, local: bool = False, lanes: int = VW) -> KernelSource | None:
     g = gen.graph
     k = gen.kernel
     nodes = [g.nodes[i] for i in k.nodes]
@@ -93,15 +116,19 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
         if {renames.get(a, a) for a in g.values[v].axes} != full:
             return None
     xb = gen.value_buffer(x)
+    if any(a not in m_axes for a in g.values[x].axes if a not in in_axes):
+        return None
+    if not local and gen.cdtype == "float32" and panel_form(g, form, lanes):
+        if not _contiguous(xb, in_axes) or gen.dialect.vector_width != VW:
+            return None
+        known = [math.prod(int(g.size(a) or 0) for a in axes) for axes in (n_axes, in_axes)]
+        return _panel(gen, form, xb, nodes, msz, *known)  # (a parameter's sizes are bound)
     wb = (
         gen.value_buffer(form.weight)
         if isinstance(form.weight, int)
         else gen.param_buffer(*form.weight)
     )
-    sizes = {a: gen.size(a) for a in (*in_axes, *m_axes, *n_axes)}
-    if not _contiguous(xb, in_axes, sizes) or not _contiguous(wb, in_axes, sizes):
-        return None
-    if any(a not in m_axes for a in g.values[x].axes if a not in in_axes):
+    if not _contiguous(xb, in_axes) or not _contiguous(wb, in_axes):
         return None
     # the row vectors load straight into the arithmetic type: both operands must compute in
     # the kernel's format (float16/bfloat16/float32 rows in a float32 kernel, float64 in float64)
@@ -160,16 +187,7 @@ def tiled_template(gen: KernelGen, local: bool = False) -> KernelSource | None:
                 xk, wk = d.load(xb.dtype, f"a{i}", "k"), d.load(wb.dtype, f"b{j}", "k")
                 w.line(f"for ({it} k = {kv}; k < {kdim}; ++k) {s} += {xk} * {wk};")
             sums[i, j] = s
-    # one vector for the epilogue: float32 arithmetic (no double8 calls) on values whose
-    # rounding, where ``KernelGen.load`` rounds a narrower value, has a vector form
-    vector_ok = gen.dialect.vector_width == VW and gen.cdtype == "float32"
-    vector_ok = vector_ok and all(
-        g.values[v].dtype == "float32" or g.values[v].dtype in gen.dialect.vector_rounds
-        for n in nodes
-        for v in n.outputs
-        if v != lin.outputs[0]
-    )
-    if vector_ok and _lane_epilogue(nodes, form, renames):
+    if _vector_outputs(gen, nodes, form) and _lane_epilogue(nodes, form, renames):
         _vector_epilogue(gen, form, sums, rows, cols, renames, msz, nsz)
     else:
         for i, (_, menv) in enumerate(rows):
@@ -197,6 +215,12 @@ LANE_OPS: tuple[type, ...] = (L.Unary, L.Activation, L.Scalar, L.Scale, L.Dropou
 
 
 def _lane_epilogue(nodes: list[Any], form: LinearForm, renames: dict[Axis, Axis]) -> bool:
+    """The epilogue maps each output element alone (an activation chain after the bias) and
+    the work-item's sums fill one vector."""
+    return _lane_ops(nodes, form, renames) and RM * RN == VW
+
+
+def _lane_ops(nodes: list[Any], form: LinearForm, renames: dict[Axis, Axis]) -> bool:
     """The epilogue maps each output element alone (an activation chain after the bias)."""
     for n in nodes:
         if n is form.node or n is form.source:
@@ -207,7 +231,126 @@ def _lane_epilogue(nodes: list[Any], form: LinearForm, renames: dict[Axis, Axis]
             return False
         if getattr(n.op, "seed", None) is not None:  # seeded dropout reads its position
             return False
-    return RM * RN == VW
+    return True
+
+
+def _vector_outputs(gen: KernelGen, nodes: list[Any], form: LinearForm) -> bool:
+    """The epilogue may run on float8 vectors: float32 arithmetic (no double8 calls) on values
+    whose rounding, where ``KernelGen.load`` rounds a narrower value, has a vector form."""
+    g = gen.graph
+    return (
+        gen.dialect.vector_width == VW
+        and gen.cdtype == "float32"
+        and all(
+            g.values[v].dtype == "float32" or g.values[v].dtype in gen.dialect.vector_rounds
+            for n in nodes
+            for v in n.outputs
+            if v != form.node.outputs[0]
+        )
+    )
+
+
+def _panel(
+    gen: KernelGen,
+    form: LinearForm,
+    xb: Any,
+    nodes: list[Any],
+    msz: Size,
+    nsz: int,
+    kdim: int,
+) -> KernelSource:
+    """The panel GEMM: each work-item computes ``PANEL_RM`` rows x one panel of ``PANEL``
+    columns. Per contracted index it loads ``PANEL_RV`` 16-float vectors of the packed weight
+    (``(ceil(N / PANEL), K, PANEL)``: one contiguous run per index), broadcasts one element of
+    each row and does ``PANEL_RM x PANEL_RV`` vector multiply-adds (16 accumulators: half of
+    AVX-512's registers). The block then goes to private memory and one epilogue, in loops over
+    the rows and the columns, writes it: float8 vectors through an activation chain, else the
+    generic renderer per element. Rows past the end are clamped on read and left out of the
+    epilogue's loops, as are the panel's padding columns (the loops' bounds, so nothing the
+    epilogue reads is hoisted past a guard)."""
+    g, k, w, d, it = gen.graph, gen.kernel, gen.w, gen.dialect, gen.itype
+    m_axes, n_axes, in_axes = form.loop, form.out_axes, form.in_axes
+    renames = k.aliases
+    node, pname = form.weight  # type: ignore[misc]
+    pb = gen.panel_buffer(node, pname, PANEL, len(n_axes))
+    vt = d.vector(gen.ctype, PANEL_LANES)
+    v8 = d.vector(gen.ctype, VW)
+    panels = ceil_div(nsz, PANEL)
+    w.line(f"const {it} nb = {d.gid(0, gen.wide)};")
+    w.line(f"const {it} mb = {d.gid(1, gen.wide)};")
+    w.line(f"if (nb >= {gen.index_lit(panels)}) return;")  # a group wider than the panels
+    clamped_rows(gen, xb, m_axes, {a: "0" for a in in_axes}, msz, PANEL_RM)
+    w.line(f"{d.global_} const {pb.ctype}* pan = {pb.name} + nb * {gen.index_lit(kdim * PANEL)};")
+    for i in range(PANEL_RM):
+        for j in range(PANEL_RV):
+            w.line(f"{vt} c{i}_{j} = ({vt})({gen.lit(0.0)});")
+    with w.block(f"for ({it} k = 0; k < {kdim}; ++k)"):
+        for j in range(PANEL_RV):
+            at = f"pan + k * {PANEL} + {j * PANEL_LANES}"
+            w.line(f"const {vt} y{j} = *({d.global_} const {vt}*)({at});")
+        for i in range(PANEL_RM):
+            # ``+=`` of a product: PoCL contracts it to an FMA; OpenCL's fma() built-in ran
+            # 8x slower there (a library call per vector)
+            w.line(f"const {gen.ctype} x{i} = {d.load(xb.dtype, f'a{i}', 'k')};")
+            for j in range(PANEL_RV):
+                w.line(f"c{i}_{j} += x{i} * y{j};")
+    w.line(f"{gen.ctype} fin[{PANEL_RM}][{PANEL}] __attribute__((aligned(64)));")
+    for i in range(PANEL_RM):
+        for j in range(PANEL_RV):
+            w.line(f"*(({vt}*)&fin[{i}][{j * PANEL_LANES}]) = c{i}_{j};")
+    out_v = form.node.outputs[0]
+    iv = gen.unique("r", "i")
+    row = f"(mb * {PANEL_RM} + {iv})"
+    # the bounds in the loops, not in ifs inside them: values hoisted to a loop's top (the
+    # epilogue's reads) then stay inside the arrays
+    rows_here = f"min({gen.index_lit(PANEL_RM)}, {msz} - mb * {PANEL_RM})"
+    with w.block(f"for ({it} {iv} = 0; {iv} < {rows_here}; ++{iv})", iv):
+        menv = gen.split(m_axes, row)
+        if _vector_outputs(gen, nodes, form) and _lane_ops(nodes, form, renames) and not nsz % VW:
+            hv = gen.unique("h", "i")
+            col = f"(nb * {PANEL} + {hv} * {VW})"
+            here = f"min({gen.index_lit(PANEL // VW)}, ({nsz} - nb * {PANEL}) / {VW})"
+            with w.block(f"for ({it} {hv} = 0; {hv} < {here}; ++{hv})", hv):
+                pv = gen.unique("pv")
+                packed = f"*(({v8}*)&fin[{iv}][{hv} * {VW}])"
+                if form.bias is not None:
+                    bb = gen.param_buffer(*form.bias)
+                    at = gen.c(bb.address(gen.split(n_axes, col)))
+                    packed += f" + {d.vector_load(bb.dtype, f'{bb.name} + {at}', d.global_)}"
+                gen.vec_vars.add(pv)  # values computed inside the block are vectors
+                with w.block("", pv):  # (named by the vector: its chain stays inside)
+                    w.line(f"const {v8} {pv} = {packed};")
+                    gen.bound[out_v] = lambda index: pv
+                    anywhere = {a: pv for a in k.axes()}  # lane ops read no index
+                    for v in k.outputs:
+                        val = gen.c(gen.load(v, anywhere))
+                        out = gen.value_buffer(v, output=True)
+                        for lane in range(VW):
+                            env = {**menv, **gen.split(n_axes, f"{col} + {lane}")}
+                            env.update({a: env[src] for a, src in renames.items() if src in env})
+                            put = d.store(
+                                out.dtype, out.name, gen.c(out.address(env)), d.lane(val, lane)
+                            )
+                            w.line(put)
+        else:
+            lv = gen.unique("c", "i")
+            col = f"(nb * {PANEL} + {lv})"
+            here = f"min({gen.index_lit(PANEL)}, {nsz} - nb * {PANEL})"
+            with w.block(f"for ({it} {lv} = 0; {lv} < {here}; ++{lv})", lv):
+                env = {**menv, **gen.split(n_axes, col)}
+                env.update({a: env[src] for a, src in renames.items() if src in env})
+                s = f"fin[{iv}][{lv}]"
+                gen.bound[out_v] = lambda index: (
+                    f"({s} + {gen.c(gen.param(*form.bias, index))})" if form.bias else s
+                )
+                for v in k.outputs:
+                    gen.write(v, env, [])
+    from ncd_opencl.schedule import panel_group
+
+    wg_m, wg_n = work_group(k, m_axes, n_axes, (PANEL_RM, PANEL), panel_group(g, m_axes))
+    blocks = ceil_div(msz, PANEL_RM)
+    gsize = (ceil_div(panels, wg_n) * wg_n, ceil_div(blocks, wg_m) * wg_m)
+    return gen.source(gsize, (wg_n, wg_m), "tiled")
 
 
 def _vector_epilogue(

@@ -8,7 +8,10 @@ that will render it, as ``Kernel.choices`` (see ``ncd.kernel``):
   (``CHUNK`` = 32 keys), the query rows each work-item takes as a level-1 group (``ROWS`` = 4);
 - tiled matmul: the work-group tile (``RM * WG_M`` = 32 rows, ``RN * WG_N`` = 16 columns) at
   level 0 and the work-item's register block (4 x 2) at level 1, on the row axes (the Linear's
-  loop axes) and the column axes (its output axes), flattened row-major;
+  loop axes) and the column axes (its output axes), flattened row-major; on a device with
+  16-float vectors a float32 weight parameter takes the panel GEMM instead
+  (``ncd_opencl.matmul.panel_form``): 8 rows x one panel of 32 columns per work-item, 16
+  work-items along the rows per group (128 x 32 at level 0);
 - vector row kernels: the vector width (8) as a level-1 stream of the row axis.
 
 The defaults equal the templates' constants, so a plan nobody edits renders the same source as
@@ -41,28 +44,34 @@ def opencl_plan(
     tiled: bool = True,
     local: bool = False,
     tiles: Mapping[Any, int] | None = None,
+    lanes: int = VECTOR_WIDTH,
 ) -> FusionPlan:
     """The plan ncd-opencl renders for ``graph``, its template tiles recorded as choices and the
-    user's ``tiles`` (``ncd.planning.apply_tiles``) applied and checked."""
+    user's ``tiles`` (``ncd.planning.apply_tiles``) applied and checked; ``lanes``: the
+    device's native float vector width (16 takes the panel GEMM where it applies)."""
     from ncd.planning import apply_tiles
     from ncd_opencl.plan import choose_layouts, plan_for
 
     base = plan_for(graph, fuse)
-    plan = annotate(base, choose_layouts(base), tiled, local)
+    plan = annotate(base, choose_layouts(base), tiled, local, lanes)
     if tiles:
         plan = apply_tiles(plan, tiles)
-    check(plan, local)
+    check(plan, local, lanes)
     return plan
 
 
 def annotate(
-    plan: FusionPlan, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool, local: bool = False
+    plan: FusionPlan,
+    layouts: Mapping[int, tuple[Axis, ...]],
+    tiled: bool,
+    local: bool = False,
+    lanes: int = VECTOR_WIDTH,
 ) -> FusionPlan:
     """``plan`` with each kernel's template tiles as its choices, marked ``target="opencl"``
     (``local``: the local-memory matmul, whose work-groups are fixed)."""
     kernels = []
     for k in plan.kernels:
-        made = _choices(k, layouts, tiled, local)
+        made = _choices(k, layouts, tiled, local, lanes)
         kernels.append(k.with_choices(made) if made else k)
     return FusionPlan(plan.graph, kernels, plan.boundaries, target="opencl")
 
@@ -80,7 +89,7 @@ def template_of(kernel: Kernel) -> str:
 
 
 def _choices(
-    k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool, local: bool
+    k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], tiled: bool, local: bool, lanes: int
 ) -> list[Partition]:
     from ncd_opencl.convolve import conv_kernel
 
@@ -90,7 +99,7 @@ def _choices(
     if k.streamed:
         return _stream_choices(k)
     if tiled:
-        made = _matmul_choices(k, layouts, local)
+        made = _matmul_choices(k, layouts, local, lanes)
         if made:
             return made
         if conv_kernel(k, layouts) is not None:
@@ -162,20 +171,59 @@ def _matmul(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> Any:
 
 
 def _matmul_choices(
-    k: Kernel, layouts: Mapping[int, tuple[Axis, ...]], local: bool = False
+    k: Kernel,
+    layouts: Mapping[int, tuple[Axis, ...]],
+    local: bool = False,
+    lanes: int = VECTOR_WIDTH,
 ) -> list[Partition]:
-    from ncd_opencl.matmul import RM, RN
-
     found = _matmul(k, layouts)
     if found is None:
         return []
     _, m_axes, n_axes = found
     g = k.graph
-    wg_m, wg_n = default_group(g, m_axes, n_axes, local)
+    (rm, rn), (wg_m, wg_n) = matmul_tiles(k, local, lanes)
     out: list[Partition] = []
-    for axes, per_item, per_group in ((m_axes, RM, RM * wg_m), (n_axes, RN, RN * wg_n)):
+    for axes, per_item, per_group in ((m_axes, rm, rm * wg_m), (n_axes, rn, rn * wg_n)):
         out += spread_tile(g, axes, per_group, 0) + spread_tile(g, axes, per_item, 1)
     return out
+
+
+def renders_panel(k: Kernel, local: bool, lanes: int) -> bool:
+    """The matmul of ``k`` takes the panel GEMM (``ncd_opencl.matmul.panel_form``) in a
+    float32 kernel."""
+    from ncd.codegen.lower import arith_dtype
+    from ncd_opencl.dialect import OPENCL
+    from ncd_opencl.matmul import panel_form
+
+    form = kernel_linear(k)
+    return (
+        not local
+        and form is not None
+        and panel_form(k.graph, form, lanes)
+        and arith_dtype(k, OPENCL) == "float32"
+    )
+
+
+def matmul_tiles(k: Kernel, local: bool, lanes: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((rows, columns) per work-item, default (rows, columns) of work-items per group) of the
+    matmul template rendering ``k``: the panel GEMM's or the dot-product block's."""
+    from ncd_opencl.matmul import PANEL, PANEL_RM, RM, RN
+
+    form = kernel_linear(k)
+    assert form is not None
+    if renders_panel(k, local, lanes):
+        return (PANEL_RM, PANEL), panel_group(k.graph, form.loop)
+    return (RM, RN), default_group(k.graph, form.loop, form.out_axes, local)
+
+
+def panel_group(g: Graph, m_axes: Sequence[Axis]) -> tuple[int, int]:
+    """The panel GEMM's work-items per group (rows, columns) when no tile is chosen: 16 along
+    the rows (they share one panel of the weight), fewer for fewer rows, one panel wide."""
+    from ncd_opencl.matmul import PANEL_RM, PANEL_WG
+
+    if any(g.size(a) is None for a in m_axes):
+        return PANEL_WG, 1
+    return max(1, min(PANEL_WG, -(-_prod(g, m_axes) // PANEL_RM))), 1
 
 
 def default_group(
@@ -247,7 +295,7 @@ def _vector_choices(k: Kernel, layouts: Mapping[int, tuple[Axis, ...]]) -> list[
 # -- what the templates can render -------------------------------------------------------------
 
 
-def check(plan: FusionPlan, local: bool = False) -> None:
+def check(plan: FusionPlan, local: bool = False, lanes: int = VECTOR_WIDTH) -> None:
     """Refuse choices a template cannot render (see the module docstring)."""
     from ncd_opencl.matmul import RM, RN, WG_M, WG_N
 
@@ -279,8 +327,8 @@ def check(plan: FusionPlan, local: bool = False) -> None:
             if form is None:
                 continue
             m_axes, n_axes = form.loop, form.out_axes
-            wg_m, wg_n = default_group(k.graph, m_axes, n_axes, local)
-            what = (("rows", m_axes, RM, wg_m), ("columns", n_axes, RN, wg_n))
+            (rm, rn), (wg_m, wg_n) = matmul_tiles(k, local, lanes)
+            what = (("rows", m_axes, rm, wg_m), ("columns", n_axes, rn, wg_n))
             groups = 1
             for name, axes, item, wg in what:
                 t1 = flat_tile(k, axes, 1, item)
@@ -288,7 +336,7 @@ def check(plan: FusionPlan, local: bool = False) -> None:
                     raise ScheduleError(
                         f"kernel {k.name}: {t1} {name} per work-item over "
                         f"({', '.join(a.describe() for a in axes)}); the tiled matmul renders "
-                        f"{RM} rows x {RN} columns per work-item only (its float8 register "
+                        f"{rm} rows x {rn} columns per work-item only (its register "
                         f"block). Fix: leave the level-1 tile at {item}."
                     )
                 t0 = flat_tile(k, axes, 0, item * wg)

@@ -6,8 +6,9 @@ Per planned kernel, by the template that renders it (``schedule.template_of``):
   (``ROWS_SPACE``), at most ``MAX_SCORES`` private scores, no chunk past the key length nor
   more rows than there are;
 - tiled matmul: the work-group shape, work-items along rows x columns (``GROUP_SPACE``), at
-  most ``MAX_WORK_GROUP`` per group, the register block per work-item fixed (4 x 2); only the
-  default with ``local_memory`` (the staged template has one tile shape);
+  most ``MAX_WORK_GROUP`` per group, the register block per work-item fixed (4 x 2); the panel
+  GEMM (8 rows x 32 columns per work-item) takes ``PANEL_SPACE``, groups one panel wide; only
+  the default with ``local_memory`` (the staged template has one tile shape);
 - any other kernel: its one schedule.
 
 The default (the plan's own choices) always comes first. A kernel's key is the SHA-256 of its
@@ -35,16 +36,17 @@ __all__ = ["CHUNK_SPACE", "GROUP_SPACE", "ROWS_SPACE", "candidates", "device_key
 CHUNK_SPACE = (8, 16, 32, 64, 128)
 ROWS_SPACE = (1, 2, 4, 8)
 GROUP_SPACE = ((4, 4), (4, 8), (8, 4), (8, 8), (8, 16), (16, 8), (16, 16), (4, 32), (32, 4))
+PANEL_SPACE = ((4, 1), (8, 1), (16, 1), (32, 1), (8, 2))
 
 
-def candidates(kernel: Kernel, local: bool = False) -> list[Candidate]:
+def candidates(kernel: Kernel, local: bool = False, lanes: int = 8) -> list[Candidate]:
     from ncd_opencl.schedule import template_of
 
     kind = template_of(kernel)
     if kind == "streamed":
         return _streamed(kernel)
     if kind == "tiled" and not local:
-        return _tiled(kernel)
+        return _tiled(kernel, lanes)
     return [Candidate("default", kernel.choices)]
 
 
@@ -76,9 +78,8 @@ def _streamed(k: Kernel) -> list[Candidate]:
     return _first(Candidate("default", k.choices), out)
 
 
-def _tiled(k: Kernel) -> list[Candidate]:
-    from ncd_opencl.matmul import RM, RN
-    from ncd_opencl.schedule import MAX_WORK_GROUP, kernel_linear
+def _tiled(k: Kernel, lanes: int) -> list[Candidate]:
+    from ncd_opencl.schedule import MAX_WORK_GROUP, kernel_linear, matmul_tiles, renders_panel
 
     form = kernel_linear(k)
     if form is None:
@@ -87,26 +88,29 @@ def _tiled(k: Kernel) -> list[Candidate]:
     m_axes, n_axes = form.loop, form.out_axes
     rows = math.prod(int(g.size(a) or 1) for a in m_axes)
     cols = math.prod(int(g.size(a) or 1) for a in n_axes)
+    (rm, rn), _ = matmul_tiles(k, False, lanes)
     out = []
-    for wm, wn in GROUP_SPACE:
+    for wm, wn in PANEL_SPACE if renders_panel(k, False, lanes) else GROUP_SPACE:
         if wm * wn > MAX_WORK_GROUP:
             continue
-        if RM * wm > 2 * max(rows, RM * 8) or RN * wn > 2 * max(cols, RN * 8):
+        if rm * wm > 2 * max(rows, rm * 8) or rn * wn > 2 * max(cols, rn * 8):
             continue  # a group far past the output: the same work masked away
         made = (
-            spread_tile(g, m_axes, RM * wm, 0)
-            + spread_tile(g, m_axes, RM, 1)
-            + spread_tile(g, n_axes, RN * wn, 0)
-            + spread_tile(g, n_axes, RN, 1)
+            spread_tile(g, m_axes, rm * wm, 0)
+            + spread_tile(g, m_axes, rm, 1)
+            + spread_tile(g, n_axes, rn * wn, 0)
+            + spread_tile(g, n_axes, rn, 1)
         )
         out.append(Candidate(f"wg={wm}x{wn}", tuple(made)))
     return _first(Candidate("default", k.choices), out)
 
 
-def kernel_keys(plan: FusionPlan, tiled: bool = True, local: bool = False) -> list[str]:
+def kernel_keys(
+    plan: FusionPlan, tiled: bool = True, local: bool = False, lanes: int = 8
+) -> list[str]:
     from ncd_opencl.generate import generate
 
-    gen = generate(plan.graph, plan=plan, tiled=tiled, local=local)
+    gen = generate(plan.graph, plan=plan, tiled=tiled, local=local, lanes=lanes)
     by_name: dict[str, str] = {}
     for src in gen.kernels:
         if src.text and src.name not in by_name:  # (a later identical kernel has no text)
@@ -135,6 +139,7 @@ def measure(
         options.get("local_memory"),
         plan=plan,
         reuse_outputs=False,
+        lanes=options.get("lanes"),
     )
     outs = built.run(arrays, ps, None, g)
     secs = built.profile(arrays, ps, max(1, reps), g)

@@ -169,6 +169,11 @@ class Buffer:
     param: str | None = None
     output: bool = False
     dtype: str = "float32"
+    #: a parameter ``(*n, *k)`` stored as column panels for the kernel: ``(ceil(N / panel), K,
+    #: panel)`` with its first ``panel_axes`` axes flattened as ``N`` (zero-padded to whole
+    #: panels) and the rest as ``K``; the target packs it before the kernel runs (0: as stored)
+    panel: int = 0
+    panel_axes: int = 0
 
     @property
     def size(self) -> Size:

@@ -287,6 +287,25 @@ class KernelGen:
             )
         return self.buffers[key]
 
+    def panel_buffer(self, node: Node, pname: str, columns: int, leading: int) -> Buffer:
+        """Parameter ``pname`` as column panels of ``columns`` over its first ``leading`` axes
+        (``Buffer.panel``), an argument the kernel addresses itself."""
+        full = node.param_name(pname)
+        key = ("panel", full)
+        if key not in self.buffers:
+            p = next(p for p in node.op.params() if p.name == pname)
+            self.buffers[key] = Buffer(
+                self.unique(f"p_{full}"),
+                p.axes,
+                row_major(p.axes, self._sizes(p.axes)),
+                self.dialect.ctype(p.dtype),
+                param=full,
+                dtype=p.dtype,
+                panel=columns,
+                panel_axes=leading,
+            )
+        return self.buffers[key]
+
     def param(self, node: Node, pname: str, index: Index) -> Expr:
         return self.read(self.param_buffer(node, pname), index)
 
