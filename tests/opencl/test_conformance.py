@@ -1,6 +1,6 @@
 """The OpenCL backend against the reference interpreter: ncd.testing's conformance suite, with
 ncd.fuse's plan, the local planner, one kernel per op (unfused), and matmul tiles in
-__local memory."""
+__local memory, and rendered for 8 and for 16 float lanes."""
 
 from __future__ import annotations
 
@@ -37,3 +37,18 @@ class TestOpenCLLocalMemory(BackendConformance):
 
     target = "opencl"
     compile_options: ClassVar[dict[str, Any]] = {"local_memory": True}
+
+
+class TestOpenCLEightLanes(BackendConformance):
+    """Rendered for 8 float lanes whatever the device (the dot-product matmul block)."""
+
+    target = "opencl"
+    compile_options: ClassVar[dict[str, Any]] = {"lanes": 8}
+
+
+class TestOpenCLSixteenLanes(BackendConformance):
+    """Rendered for 16 float lanes whatever the device: float32 weight parameters through the
+    panel GEMM (an AVX2 device splits its vectors: slower, the same values)."""
+
+    target = "opencl"
+    compile_options: ClassVar[dict[str, Any]] = {"lanes": 16}

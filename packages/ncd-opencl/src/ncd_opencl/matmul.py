@@ -325,6 +325,16 @@ def _panel(
                     for v in k.outputs:
                         val = gen.c(gen.load(v, anywhere))
                         out = gen.value_buffer(v, output=True)
+                        last = out.axes[len(out.axes) - len(n_axes) :]
+                        if tuple(renames.get(a, a) for a in last) == n_axes:
+                            # the columns are the output's last axes: one vector store
+                            env = {**menv, **gen.split(n_axes, col)}
+                            env.update({a: env[src] for a, src in renames.items() if src in env})
+                            at = f"{out.name} + {gen.c(out.address(env))}"
+                            put = d.vector_store(out.dtype, at, d.global_, val)
+                            if put is not None:
+                                w.line(put)
+                                continue
                         for lane in range(VW):
                             env = {**menv, **gen.split(n_axes, f"{col} + {lane}")}
                             env.update({a: env[src] for a, src in renames.items() if src in env})
