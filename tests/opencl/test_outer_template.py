@@ -26,26 +26,36 @@ def _check(model: ncd.Term, *shapes: tuple[int, ...], seed: int = 0) -> None:
         xs[0].flat[1] = np.inf
         xs[0].flat[2] = np.nan
     want = ncd.run(model, *[x.astype(np.float64) for x in xs])
-    got = ncd.compile(model, "opencl")(*xs)
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    ok = np.isfinite(want)
-    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-4)
-    np.testing.assert_array_equal(got[~ok & ~np.isnan(want)], want[~ok & ~np.isnan(want)])
+    for lanes in (8, 16):  # float8 blocks, and float16 ones where |n| is a multiple of 16
+        got = ncd.compile(model, "opencl", lanes=lanes)(*xs)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        ok = np.isfinite(want)
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(got[~ok & ~np.isnan(want)], want[~ok & ~np.isnan(want)])
 
 
 @pytest.mark.parametrize("t", [1, 7, 13])
-@pytest.mark.parametrize(("m", "n"), [(1, 8), (7, 16), (13, 24), (301, 8)])
+@pytest.mark.parametrize(("m", "n"), [(1, 8), (7, 16), (13, 24), (301, 8), (13, 48)])
 def test_weight_gradient_sums_the_leading_token_axes(t: int, m: int, n: int) -> None:
     model = ops.einsum("b t i, b t o -> i o").bind(b=2, t=t, i=m, o=n)
     assert _styles(model) == ["outer"]
     _check(model, (2, t, m), (2, t, n), seed=t * 100 + m)
 
 
-@pytest.mark.parametrize(("t", "k", "n"), [(7, 13, 16), (1, 1, 8), (13, 301, 24)])
+@pytest.mark.parametrize(("t", "k", "n"), [(7, 13, 16), (1, 1, 8), (13, 301, 24), (301, 7, 32)])
 def test_activation_times_a_weight_read_by_its_first_axis(t: int, k: int, n: int) -> None:
     model = ops.einsum("t k, k n -> t n").bind(t=t, k=k, n=n)
     assert _styles(model) == ["outer"]
     _check(model, (t, k), (k, n), seed=k)
+
+
+def test_sixteen_lanes_render_float16_blocks_where_n_allows() -> None:
+    wide = ops.einsum("t k, k n -> t n").bind(t=13, k=7, n=32)
+    (src,) = generate(wide.graph, lanes=16).kernels
+    assert "float16 c7_1" in src.text and "ncd_float16u" in src.text
+    narrow = ops.einsum("t k, k n -> t n").bind(t=13, k=7, n=24)  # not a multiple of 16
+    (src,) = generate(narrow.graph, lanes=16).kernels
+    assert "float16" not in src.text and "float8 c3_1" in src.text
 
 
 def test_outer_axes_of_both_operands_and_an_epilogue() -> None:

@@ -40,7 +40,7 @@ def templates(tiled: bool = True, local: bool = False, lanes: int = 8) -> list[A
     out: list[Any] = [streamed_template]
     if tiled:
         matmul = tiled_template_local if local else functools.partial(tiled_template, lanes=lanes)
-        out += [matmul, conv_template, outer_template]
+        out += [matmul, conv_template, functools.partial(outer_template, lanes=lanes)]
     out.append(vector_template)
     return out
 
